@@ -1,0 +1,222 @@
+"""The `memrl` command. Heavy imports stay inside commands so `--help` is instant."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from memrl.errors import MemrlError
+
+app = typer.Typer(
+    help="memrl: train the memory of long-term conversational agents with reinforcement learning.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+recipes_app = typer.Typer(help="List and inspect recipes.", no_args_is_help=True)
+models_app = typer.Typer(help="Embedded offline models.", no_args_is_help=True)
+env_app = typer.Typer(help="Separate environments for tools whose pins clash with memrl's.", no_args_is_help=True)
+app.add_typer(recipes_app, name="recipes")
+app.add_typer(models_app, name="models")
+app.add_typer(env_app, name="env")
+
+console = Console(stderr=True)
+_debug = False
+
+Overrides = Annotated[list[str] | None, typer.Argument(help="dotted.key=value overrides", show_default=False)]
+
+
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
+    global _debug
+    _debug = debug
+
+
+# ---- run / recipes -------------------------------------------------------------------------------------------
+
+
+@app.command()
+def run(
+    recipe: Annotated[str, typer.Argument(help="bundled recipe name or path to a YAML file")],
+    overrides: Overrides = None,
+    stage: Annotated[list[str] | None, typer.Option("--stage", help="run only these stages (repeatable)")] = None,
+) -> None:
+    """Run a recipe's stages in order; writes the resolved recipe next to the outputs."""
+    from memrl.recipe import load_recipe
+    from memrl.stages import run_recipe
+
+    run_dir = run_recipe(load_recipe(recipe, overrides or []), console, only=stage)
+    console.print(f"done: {run_dir}")
+
+
+@recipes_app.command("list")
+def recipes_list() -> None:
+    """Recipes shipped with memrl."""
+    from memrl.recipe import bundled_recipes, compose
+
+    table = Table("name", "description")
+    for name, path in sorted(bundled_recipes().items()):
+        table.add_row(name, str(compose(path).get("description", "")))
+    Console().print(table)
+
+
+@recipes_app.command("show")
+def recipes_show(
+    recipe: Annotated[str, typer.Argument(help="bundled recipe name or path to a YAML file")],
+    overrides: Overrides = None,
+) -> None:
+    """Print the resolved, validated recipe (environment references kept, secrets never shown)."""
+    from memrl.recipe import load_recipe
+
+    loaded = load_recipe(recipe, overrides or [])
+    typer.echo(yaml.safe_dump(loaded.resolved(), sort_keys=False), nl=False)
+
+
+# ---- models ---------------------------------------------------------------------------------------------------
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """Embedded models and whether they are prepared."""
+    from memrl import models
+
+    table = Table("name", "aliases", "kind", "prepared", "description")
+    for m in models.REGISTRY.values():
+        ready = str(models.model_dir(m)) if models.is_ready(m) else "no"
+        table.add_row(m.name, ", ".join(m.aliases), m.kind, ready, m.description)
+    Console(width=200).print(table)
+
+
+@models_app.command("pull")
+def models_pull(names: Annotated[list[str], typer.Argument(help="embedded model names, or 'all'")]) -> None:
+    """Prepare embedded models in the cache ($MEMRL_CACHE, default ~/.cache/memrl); idempotent."""
+    from memrl import models
+
+    wanted = list(models.REGISTRY) if names == ["all"] else names
+    for name in wanted:
+        with console.status(f"preparing {name}"):
+            path = models.pull(name)
+        typer.echo(f"{name}: {path}")
+
+
+# ---- chat / serve ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def chat(
+    message: Annotated[str, typer.Argument(help="the user message")],
+    model: Annotated[str, typer.Option(help="embedded name, local path, hub id, or served model name")] = "smollm2",
+    endpoint: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL; local model if omitted")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY", help="key for --endpoint", show_default=False)] = None,
+    system: Annotated[str | None, typer.Option(help="system prompt")] = None,
+    max_tokens: int = 128,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    timeout: Annotated[float, typer.Option(help="seconds per request (endpoint only)")] = 60.0,
+    retries: Annotated[int, typer.Option(help="retries on 429/5xx/connection errors (endpoint only)")] = 2,
+    as_json: Annotated[bool, typer.Option("--json", help="print text and usage as JSON")] = False,
+) -> None:
+    """One chat completion through any backend: a smoke test."""
+    from pydantic import SecretStr
+
+    from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig
+    from memrl.rollout import SamplingParams, build_backend
+    from memrl.rollout.base import Message
+
+    cfg: ModelConfig
+    if endpoint:
+        cfg = OpenAIModelConfig(
+            backend="openai",
+            model=model,
+            endpoint=endpoint,
+            api_key=SecretStr(api_key) if api_key else None,
+            timeout=timeout,
+            max_retries=retries,
+        )
+    else:
+        cfg = HFModelConfig(backend="hf", model=model)
+    messages: list[Message] = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": message})
+    params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
+    with build_backend(cfg) as backend:
+        completion = backend.chat(messages, params)
+        usage = backend.usage.as_dict()
+    if as_json:
+        typer.echo(json.dumps({"text": completion.text, "finish_reason": completion.finish_reason, "usage": usage}))
+    else:
+        typer.echo(completion.text)
+        console.print(f"[dim]tokens in {usage['prompt_tokens']}, out {usage['completion_tokens']}[/dim]")
+
+
+@app.command()
+def serve(
+    model: Annotated[str, typer.Option(help="embedded name, local path, or hub id")] = "smollm2",
+    port: int = 8000,
+    engine: Annotated[str, typer.Option(help="auto | transformers | vllm")] = "auto",
+) -> None:
+    """Serve a model over an OpenAI-compatible API on 127.0.0.1 until Ctrl-C."""
+    from memrl.errors import ConfigError
+    from memrl.rollout.serve import LocalServer
+
+    if engine not in ("auto", "transformers", "vllm"):
+        raise ConfigError(f"--engine must be auto, transformers or vllm, not {engine!r}")
+    server = LocalServer(model, port=port, engine=engine)  # type: ignore[arg-type]
+    with console.status(f"starting {server.engine} serve for {model}"):
+        server.start()
+    typer.echo(f"serving {server.name!r} with {server.engine} at {server.url}")
+    typer.echo(f"try: memrl chat --endpoint {server.url} --model {server.name} 'hello'")
+    try:
+        assert server.process is not None
+        server.process.wait()
+        raise MemrlError(f"{server.engine} server exited with code {server.process.returncode}")
+    except KeyboardInterrupt:
+        console.print("stopping server")
+    finally:
+        server.stop()
+
+
+# ---- env ------------------------------------------------------------------------------------------------------
+
+
+@env_app.command("llamafactory")
+def env_llamafactory(
+    path: Annotated[Path | None, typer.Option(help="where to create it (default: <cache>/envs/llamafactory)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the steps, change nothing")] = False,
+) -> None:
+    """Create LLaMA-Factory's own environment (its pins clash with TRL 1.x); prints its llamafactory-cli."""
+    from memrl.train.llamafactory_env import default_env_dir, ensure_env, plan
+
+    env_dir = (path or default_env_dir()).expanduser().resolve()
+    if dry_run:
+        typer.echo(f"python -m venv {env_dir}")
+        for step in plan(env_dir):
+            typer.echo(" ".join(step.argv))
+        return
+    with console.status("creating LLaMA-Factory environment") as status:
+        cli = ensure_env(env_dir, on_step=lambda step: status.update(step.description))
+    typer.echo(str(cli))
+
+
+def main() -> None:
+    try:
+        app()
+    except MemrlError as exc:
+        if _debug:
+            raise
+        # One plain line: rich would wrap it at the terminal width.
+        print(f"memrl: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("memrl: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()

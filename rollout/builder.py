@@ -1,0 +1,60 @@
+"""Build a backend from its recipe config: one builder per backend kind, no if-chains."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from memrl import models
+from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
+from memrl.errors import ModelNotFoundError
+from memrl.rollout.base import ChatBackend
+
+
+def _hf(cfg: HFModelConfig) -> ChatBackend:
+    from memrl.rollout.hf_local import HFBackend
+
+    path = models.resolve(cfg.model)
+    try:
+        return HFBackend(path, device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size)
+    except OSError as exc:  # transformers raises OSError for a missing or unreachable model
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelNotFoundError(f"cannot load model {cfg.model!r}: {first}") from exc
+
+
+def _openai(cfg: OpenAIModelConfig) -> ChatBackend:
+    from memrl.rollout.openai_http import OpenAIBackend
+
+    # An embedded alias (smollm2) goes out under its canonical name, the one `memrl serve` exposes.
+    embedded = models.lookup(cfg.model)
+    return OpenAIBackend(
+        model=embedded.name if embedded else cfg.model,
+        base_url=cfg.endpoint,
+        api_key=cfg.api_key.get_secret_value() if cfg.api_key else None,
+        timeout=cfg.timeout,
+        max_retries=cfg.max_retries,
+        max_concurrency=cfg.max_concurrency,
+    )
+
+
+def _vllm(cfg: VLLMModelConfig) -> ChatBackend:
+    from memrl.rollout.vllm_local import VLLMBackend
+
+    return VLLMBackend(
+        models.resolve(cfg.model),
+        tensor_parallel_size=cfg.tensor_parallel_size,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+        max_model_len=cfg.max_model_len,
+        dtype=cfg.dtype,
+    )
+
+
+BUILDERS: dict[type[Any], Callable[[Any], ChatBackend]] = {
+    HFModelConfig: _hf,
+    OpenAIModelConfig: _openai,
+    VLLMModelConfig: _vllm,
+}
+
+
+def build_backend(cfg: ModelConfig) -> ChatBackend:
+    return BUILDERS[type(cfg)](cfg)

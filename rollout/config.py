@@ -1,0 +1,57 @@
+"""Typed configs of the LLM backends and sampling, as recipes write them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, SecretStr
+
+from memrl.rollout.base import SamplingParams
+from memrl.schema import StrictModel
+
+
+class HFModelConfig(StrictModel):
+    """A transformers model loaded in-process (CPU or GPU)."""
+
+    backend: Literal["hf"]
+    model: str = Field(description="embedded model name, local path, or hub id")
+    device: str = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    batch_size: PositiveInt = 8
+
+
+class OpenAIModelConfig(StrictModel):
+    """Any OpenAI-compatible endpoint: vllm serve, transformers serve, a hosted API."""
+
+    backend: Literal["openai"]
+    model: str
+    endpoint: str = Field(description="base URL, e.g. http://127.0.0.1:8000/v1")
+    api_key: SecretStr | None = None
+    timeout: PositiveFloat = 120.0
+    max_retries: int = Field(default=4, ge=0)
+    max_concurrency: PositiveInt = 16
+
+
+class VLLMModelConfig(StrictModel):
+    """vLLM engine in the current process (GPU machines)."""
+
+    backend: Literal["vllm"]
+    model: str
+    tensor_parallel_size: PositiveInt = 1
+    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
+    max_model_len: PositiveInt | None = None
+    dtype: str = "auto"
+
+
+ModelConfig = Annotated[HFModelConfig | OpenAIModelConfig | VLLMModelConfig, Field(discriminator="backend")]
+
+
+class SamplingConfig(StrictModel):
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    max_tokens: PositiveInt = 256
+    stop: list[str] = []
+    seed: int | None = None
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_p, self.max_tokens, tuple(self.stop), self.seed)

@@ -1,0 +1,110 @@
+"""In-process transformers model (CPU or GPU) with batched, left-padded generation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, set_seed
+
+from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def pick_device(device: str) -> str:
+    if device != "auto":
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def pick_dtype(dtype: str, device: str) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return _DTYPES[dtype]
+
+
+class HFBackend(ChatBackend):
+    name = "hf"
+
+    def __init__(self, model_path: str, device: str = "auto", dtype: str = "auto", batch_size: int = 8) -> None:
+        super().__init__()
+        self.device = pick_device(device)
+        self.batch_size = batch_size
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=pick_dtype(dtype, self.device)
+        ).to(self.device)
+        self.model.eval()
+        self.model_path = model_path
+        self._lock = threading.Lock()  # one generate at a time: the model is not re-entrant
+
+    def generate(
+        self, conversations: Sequence[Conversation], params: SamplingParams | None = None
+    ) -> list[Completion]:
+        params = params or SamplingParams()
+        out: list[Completion] = []
+        with self._lock:
+            if params.seed is not None:
+                set_seed(params.seed)
+            for start in range(0, len(conversations), self.batch_size):
+                out.extend(self._generate_batch(conversations[start : start + self.batch_size], params))
+        for completion in out:
+            self.usage.record(completion)
+        return out
+
+    def _generate_batch(self, batch: Sequence[Conversation], params: SamplingParams) -> list[Completion]:
+        prompts = [
+            self.tokenizer.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True) for c in batch
+        ]
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": params.max_tokens,
+            "pad_token_id": self.tokenizer.pad_token_id,
+        }
+        if params.temperature > 0:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if params.stop:
+            kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
+        with torch.inference_mode():
+            generated = self.model.generate(**enc, **kwargs)
+        new_tokens = generated[:, enc["input_ids"].shape[1] :]
+        eos_ids = _as_set(self.model.generation_config.eos_token_id) | _as_set(self.tokenizer.eos_token_id)
+        completions = []
+        for row, mask in zip(new_tokens.tolist(), enc["attention_mask"], strict=True):
+            n = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
+            text = self.tokenizer.decode(row[:n], skip_special_tokens=True)
+            text, stopped = _cut_at_stop(text, params.stop)
+            hit_eos = n < len(row) or (n > 0 and row[n - 1] in eos_ids)
+            completions.append(
+                Completion(
+                    text=text,
+                    prompt_tokens=int(mask.sum()),
+                    completion_tokens=n,
+                    finish_reason="stop" if stopped or hit_eos else "length",
+                )
+            )
+        return completions
+
+    def close(self) -> None:
+        del self.model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _as_set(ids: int | list[int] | None) -> set[int]:
+    if ids is None:
+        return set()
+    return {ids} if isinstance(ids, int) else set(ids)
+
+
+def _cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Drop everything from the first stop string on, as OpenAI-compatible servers do."""
+    cuts = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)

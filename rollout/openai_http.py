@@ -1,0 +1,151 @@
+"""OpenAI-compatible HTTP backend: vllm serve, transformers serve, or any hosted API.
+
+Retries with exponential backoff on 429, 5xx, timeouts and connection errors are the openai client's own
+(`max_retries`); this module adds a bound on requests in flight, usage accounting and one-line errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import openai
+
+from memrl.errors import BackendError
+from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
+
+
+class OpenAIBackend(ChatBackend):
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 4,
+        max_concurrency: int = 16,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.max_concurrency = max_concurrency
+        self._api_key = api_key or "EMPTY"  # local servers ignore it; the client insists on one
+        self._attempts_lock = threading.Lock()
+        self.attempts = 0  # HTTP requests sent, retries included
+        self._client = openai.OpenAI(
+            base_url=self.base_url,
+            api_key=self._api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            http_client=httpx.Client(event_hooks={"request": [self._count_attempt]}),
+        )
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        # httpx async clients and asyncio semaphores belong to one event loop each.
+        self._per_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[openai.AsyncOpenAI, asyncio.Semaphore]
+        ] = weakref.WeakKeyDictionary()
+
+    def _count_attempt(self, _request: httpx.Request) -> None:
+        with self._attempts_lock:
+            self.attempts += 1
+
+    async def _acount_attempt(self, request: httpx.Request) -> None:
+        self._count_attempt(request)
+
+    def _request(self, messages: Conversation, params: SamplingParams) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": list(messages),
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+        }
+        if params.stop:
+            request["stop"] = list(params.stop)
+        if params.seed is not None:
+            request["seed"] = params.seed
+        return request
+
+    def _completion(self, response: Any) -> Completion:
+        if not response.choices:
+            raise BackendError(f"endpoint {self.base_url} returned no choices")
+        choice = response.choices[0]
+        usage = response.usage
+        completion = Completion(
+            text=choice.message.content or "",
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            finish_reason=choice.finish_reason,
+        )
+        self.usage.record(completion)
+        return completion
+
+    def _error(self, exc: openai.OpenAIError) -> BackendError:
+        self.usage.record_failure()
+        if isinstance(exc, openai.APITimeoutError):
+            why = f"timed out after {self.timeout:g}s"
+        elif isinstance(exc, openai.APIConnectionError):
+            why = "is unreachable"
+        elif isinstance(exc, openai.APIStatusError):
+            why = f"answered HTTP {exc.status_code}: {exc.message}"
+        else:
+            why = f"failed: {exc}"
+        return BackendError(f"endpoint {self.base_url} {why} ({self.max_retries} retries, model {self.model!r})")
+
+    def chat(self, messages: Conversation, params: SamplingParams | None = None) -> Completion:
+        request = self._request(messages, params or SamplingParams())
+        with self._slots:
+            try:
+                response = self._client.chat.completions.create(**request)
+            except openai.OpenAIError as exc:
+                raise self._error(exc) from exc
+        return self._completion(response)
+
+    def _loop_state(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        state = self._per_loop.get(loop)
+        if state is None:
+            client = openai.AsyncOpenAI(
+                base_url=self.base_url,
+                api_key=self._api_key,
+                timeout=self.timeout,
+                max_retries=self.max_retries,
+                http_client=httpx.AsyncClient(event_hooks={"request": [self._acount_attempt]}),
+            )
+            state = (client, asyncio.Semaphore(self.max_concurrency))
+            self._per_loop[loop] = state
+        return state
+
+    async def achat(self, messages: Conversation, params: SamplingParams | None = None) -> Completion:
+        client, slots = self._loop_state()
+        request = self._request(messages, params or SamplingParams())
+        async with slots:
+            try:
+                response = await client.chat.completions.create(**request)
+            except openai.OpenAIError as exc:
+                raise self._error(exc) from exc
+        return self._completion(response)
+
+    def generate(
+        self, conversations: Sequence[Conversation], params: SamplingParams | None = None
+    ) -> list[Completion]:
+        with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+            return list(pool.map(lambda c: self.chat(c, params), conversations))
+
+    def list_models(self) -> list[str]:
+        try:
+            return [m.id for m in self._client.models.list()]
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from exc
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,169 @@
+"""Start a local OpenAI-compatible server: `vllm serve` on GPU machines, `transformers serve` elsewhere.
+
+The model is served under a short name: an embedded model's canonical name, a local folder's name, or the
+hub id. Clients send that name in `model` (see `served_name`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Literal
+
+import httpx
+
+from memrl import models
+from memrl.errors import BackendError
+
+Engine = Literal["auto", "transformers", "vllm"]
+
+
+def served_name(model: str) -> str:
+    """The name a server started by memrl exposes for `model`; clients send it as `model`."""
+    embedded = models.lookup(model)
+    if embedded is not None:
+        return embedded.name
+    path = Path(model).expanduser()
+    return path.resolve().name if path.exists() else model
+
+
+def pick_engine(engine: Engine) -> Literal["transformers", "vllm"]:
+    if engine != "auto":
+        return engine
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    has_cuda = importlib.util.find_spec("torch") is not None and _cuda_available()
+    return "vllm" if has_vllm and has_cuda else "transformers"
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _console_script(name: str, extra: str) -> str:
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        raise BackendError(f"`{name}` is not installed: pip install 'memrl[{extra}]'")
+    return found
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        return sock.connect_ex((host, port)) != 0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalServer:
+    """A server process on 127.0.0.1 that stops cleanly (SIGINT, then SIGTERM, then SIGKILL)."""
+
+    def __init__(
+        self,
+        model: str,
+        port: int = 8000,
+        engine: Engine = "auto",
+        host: str = "127.0.0.1",
+        log: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.model = model
+        self.port = port
+        self.host = host
+        self.engine = pick_engine(engine)
+        self.name = served_name(model)
+        self.log = log
+        self.extra_args = extra_args
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log_handle: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def command(self) -> tuple[list[str], Path | None]:
+        """The server's argv and the working directory it must run in."""
+        path = models.resolve(self.model)
+        local = Path(path)
+        if self.engine == "vllm":
+            argv = [_console_script("vllm", "vllm"), "serve", path, "--served-model-name", self.name]
+            return [*argv, "--host", self.host, "--port", str(self.port), *self.extra_args], None
+        argv = [_console_script("transformers", "serve"), "serve", "--host", self.host, "--port", str(self.port)]
+        if not _cuda_available():
+            argv += ["--device", "cpu"]
+        # transformers serve pins the model under the string it was given: run it from the folder's parent
+        # and give it the folder's name, so clients send the short name.
+        if local.exists():
+            return [*argv, *self.extra_args, local.resolve().name], local.resolve().parent
+        return [*argv, *self.extra_args, path], None
+
+    def start(self, ready_timeout: float = 300.0) -> LocalServer:
+        if not port_is_free(self.host, self.port):
+            raise BackendError(f"port {self.port} on {self.host} is already in use")
+        argv, cwd = self.command()
+        out: IO[bytes] | None = None
+        if self.log is not None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            out = self._log_handle = self.log.open("ab")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # start_new_session: Ctrl-C in the terminal reaches us, and we stop the server deliberately.
+        self.process = subprocess.Popen(
+            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT if out else None, env=env, start_new_session=True
+        )
+        self.wait_ready(ready_timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        health = f"http://{self.host}:{self.port}/health"
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                raise BackendError(f"{self.engine} server exited with code {code} before it was ready{self._log_hint()}")
+            try:
+                if httpx.get(health, timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise BackendError(f"{self.engine} server not ready after {timeout:g}s{self._log_hint()}")
+
+    def _log_hint(self) -> str:
+        return f" (log: {self.log})" if self.log else ""
+
+    def stop(self, grace: float = 15.0) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    process.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+
+    def __enter__(self) -> LocalServer:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,102 @@
+"""LLaMA-Factory in its own virtual environment, called by path.
+
+LLaMA-Factory 0.9.5 pins transformers<=5.6.0, trl<=0.24, peft<=0.18.1, datasets<=4.0 and accelerate<=1.11, while
+memrl needs trl 1.x and the transformers range verl accepts: the two cannot share one environment. memrl builds
+a separate venv with the same torch as the running one and runs `llamafactory-cli` from it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import venv
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memrl.errors import MemrlError
+from memrl.models import cache_dir
+
+LLAMAFACTORY_VERSION = "0.9.5"
+_READY = ".memrl-ready"
+
+
+@dataclass(frozen=True)
+class Step:
+    description: str
+    argv: list[str]
+
+
+def default_env_dir() -> Path:
+    return cache_dir() / "envs" / "llamafactory"
+
+
+def cli_path(env_dir: Path) -> Path:
+    return env_dir / "bin" / "llamafactory-cli"
+
+
+def _torch_spec() -> tuple[str, bool]:
+    """The running torch version (so both environments agree) and whether it is a CPU build."""
+    import torch
+
+    version = torch.__version__.split("+")[0]
+    return version, not torch.cuda.is_available() and "+cu" not in torch.__version__
+
+
+def plan(env_dir: Path) -> list[Step]:
+    """The commands that create the environment after the venv itself exists."""
+    py = str(env_dir / "bin" / "python")
+    pip = [py, "-m", "pip", "install", "--quiet"]
+    torch_version, cpu = _torch_spec()
+    constraint = env_dir / "constraints.txt"
+    steps = [
+        Step(f"install torch {torch_version}", [*pip, f"torch=={torch_version}"]),
+        Step(
+            f"install llamafactory {LLAMAFACTORY_VERSION}",
+            [*pip, "-c", str(constraint), f"llamafactory=={LLAMAFACTORY_VERSION}"],
+        ),
+    ]
+    if cpu:
+        # Its torchvision/torchaudio wheels are CUDA-linked and break `import transformers` on a CPU torch;
+        # its data/mm_plugin.py imports torchaudio unconditionally, so an empty module stands in for it.
+        steps += [
+            Step("remove CUDA-linked torchvision/torchaudio", [py, "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio"]),
+            Step(
+                "add an empty torchaudio module",
+                [py, "-c", "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'torchaudio.py').write_text('')"],
+            ),
+        ]
+    steps.append(Step("check llamafactory-cli", [str(cli_path(env_dir)), "version"]))
+    return steps
+
+
+def ensure_env(env_dir: Path | None = None, log: Path | None = None, on_step: Callable[[Step], None] | None = None) -> Path:
+    """Create the environment once (idempotent); return the path of its `llamafactory-cli`."""
+    env_dir = (env_dir or default_env_dir()).expanduser().resolve()
+    if (env_dir / _READY).exists():
+        return cli_path(env_dir)
+    env_dir.mkdir(parents=True, exist_ok=True)
+    log = log or env_dir / "setup.log"
+    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    torch_version, _ = _torch_spec()
+    (env_dir / "constraints.txt").write_text(f"torch=={torch_version}\n")
+    with log.open("a") as out:
+        for step in plan(env_dir):
+            if on_step is not None:
+                on_step(step)
+            out.write(f"$ {' '.join(step.argv)}\n")
+            out.flush()
+            code = subprocess.call(step.argv, stdout=out, stderr=subprocess.STDOUT, env=_pip_env(env_dir))
+            if code != 0:
+                raise MemrlError(f"LLaMA-Factory environment: step '{step.description}' failed (exit {code}); log: {log}")
+    (env_dir / _READY).write_text(LLAMAFACTORY_VERSION)
+    return cli_path(env_dir)
+
+
+def _pip_env(env_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"PIP_CONSTRAINT", "VIRTUAL_ENV", "PYTHONPATH"}}
+    # Build environments must not pull a different torch either.
+    env["PIP_CONSTRAINT"] = str(env_dir / "constraints.txt")
+    env["PATH"] = f"{env_dir / 'bin'}:{env.get('PATH', '')}"
+    return env
+
