@@ -38,8 +38,9 @@ def _openai(cfg: OpenAIModelConfig) -> ChatBackend:
 
 
 def _vllm(cfg: VLLMModelConfig) -> ChatBackend:
-    from memrl.rollout.vllm_local import VLLMBackend
+    from memrl.rollout.vllm_local import VLLMBackend, import_vllm
 
+    import_vllm()  # fail on a missing vLLM before preparing any model
     return VLLMBackend(
         models.resolve(cfg.model),
         tensor_parallel_size=cfg.tensor_parallel_size,

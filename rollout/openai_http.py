@@ -39,14 +39,16 @@ class OpenAIBackend(ChatBackend):
         self.max_retries = max_retries
         self.max_concurrency = max_concurrency
         self._api_key = api_key or "EMPTY"  # local servers ignore it; the client insists on one
-        self._attempts_lock = threading.Lock()
+        self._wire_lock = threading.Lock()
         self.attempts = 0  # HTTP requests sent, retries included
+        self.in_flight = 0  # requests sent whose response has not arrived, as the transport sees them
+        self.peak_in_flight = 0
         self._client = openai.OpenAI(
             base_url=self.base_url,
             api_key=self._api_key,
             timeout=timeout,
             max_retries=max_retries,
-            http_client=httpx.Client(event_hooks={"request": [self._count_attempt]}),
+            http_client=httpx.Client(transport=_CountingTransport(httpx.HTTPTransport(), self)),
         )
         self._slots = threading.BoundedSemaphore(max_concurrency)
         # httpx async clients and asyncio semaphores belong to one event loop each.
@@ -54,12 +56,15 @@ class OpenAIBackend(ChatBackend):
             asyncio.AbstractEventLoop, tuple[openai.AsyncOpenAI, asyncio.Semaphore]
         ] = weakref.WeakKeyDictionary()
 
-    def _count_attempt(self, _request: httpx.Request) -> None:
-        with self._attempts_lock:
+    def _sent(self) -> None:
+        with self._wire_lock:
             self.attempts += 1
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
 
-    async def _acount_attempt(self, request: httpx.Request) -> None:
-        self._count_attempt(request)
+    def _done(self) -> None:
+        with self._wire_lock:
+            self.in_flight -= 1
 
     def _request(self, messages: Conversation, params: SamplingParams) -> dict[str, Any]:
         request: dict[str, Any] = {
@@ -119,7 +124,7 @@ class OpenAIBackend(ChatBackend):
                 api_key=self._api_key,
                 timeout=self.timeout,
                 max_retries=self.max_retries,
-                http_client=httpx.AsyncClient(event_hooks={"request": [self._acount_attempt]}),
+                http_client=httpx.AsyncClient(transport=_AsyncCountingTransport(httpx.AsyncHTTPTransport(), self)),
             )
             state = (client, asyncio.Semaphore(self.max_concurrency))
             self._per_loop[loop] = state
@@ -149,3 +154,35 @@ class OpenAIBackend(ChatBackend):
 
     def close(self) -> None:
         self._client.close()
+
+
+class _CountingTransport(httpx.BaseTransport):
+    """Counts attempts and requests on the wire, failed ones included."""
+
+    def __init__(self, inner: httpx.BaseTransport, owner: OpenAIBackend) -> None:
+        self.inner, self.owner = inner, owner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.owner._sent()
+        try:
+            return self.inner.handle_request(request)
+        finally:
+            self.owner._done()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _AsyncCountingTransport(httpx.AsyncBaseTransport):
+    def __init__(self, inner: httpx.AsyncBaseTransport, owner: OpenAIBackend) -> None:
+        self.inner, self.owner = inner, owner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.owner._sent()
+        try:
+            return await self.inner.handle_async_request(request)
+        finally:
+            self.owner._done()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -113,14 +113,14 @@ class LocalServer:
         if not port_is_free(self.host, self.port):
             raise BackendError(f"port {self.port} on {self.host} is already in use")
         argv, cwd = self.command()
-        out: IO[bytes] | None = None
+        out: IO[bytes] | int = sys.stderr.fileno()  # the server's own log never mixes into our stdout
         if self.log is not None:
             self.log.parent.mkdir(parents=True, exist_ok=True)
             out = self._log_handle = self.log.open("ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # start_new_session: Ctrl-C in the terminal reaches us, and we stop the server deliberately.
         self.process = subprocess.Popen(
-            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT if out else None, env=env, start_new_session=True
+            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         self.wait_ready(ready_timeout)
         return self

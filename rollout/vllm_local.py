@@ -9,7 +9,7 @@ from memrl.errors import BackendError
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 
 
-def _import_vllm() -> Any:
+def import_vllm() -> Any:
     try:
         import vllm
     except ImportError as exc:
@@ -32,7 +32,7 @@ class VLLMBackend(ChatBackend):
         dtype: str = "auto",
     ) -> None:
         super().__init__()
-        self._vllm = _import_vllm()
+        self._vllm = import_vllm()
         self.engine = self._vllm.LLM(
             model=model_path,
             tensor_parallel_size=tensor_parallel_size,

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from memrl.rollout import SamplingParams
+from memrl.rollout.base import Conversation
+from memrl.rollout.hf_local import HFBackend
+
+PROMPTS: list[Conversation] = [
+    [{"role": "user", "content": "hello"}],
+    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the user prefers short answers with bullet points"}],
+    [{"role": "user", "content": "1 + 2 = ?"}],
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_qwen2: str) -> HFBackend:
+    return HFBackend(tiny_qwen2, device="cpu", batch_size=3)
+
+
+def test_batched_greedy_equals_one_at_a_time(tiny: HFBackend) -> None:
+    # Left padding and attention masks must make a batch behave like separate calls.
+    greedy = SamplingParams(temperature=0, max_tokens=12)
+    batched = [c.text for c in tiny.generate(PROMPTS, greedy)]
+    single = [tiny.chat(p, greedy).text for p in PROMPTS]
+    assert batched == single
+    assert len(set(batched)) > 1
+
+
+def test_usage_and_max_tokens(tiny: HFBackend) -> None:
+    before = tiny.usage.as_dict()
+    completions = tiny.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=5))
+    assert all(c.completion_tokens <= 5 for c in completions)
+    assert all(c.finish_reason in ("stop", "length") for c in completions)
+    after = tiny.usage.as_dict()
+    assert after["requests"] - before["requests"] == 3
+    assert after["prompt_tokens"] - before["prompt_tokens"] == sum(c.prompt_tokens for c in completions) > 0
+
+
+def test_seed_makes_sampling_repeatable(tiny: HFBackend) -> None:
+    params = SamplingParams(temperature=1.0, max_tokens=16, seed=123)
+    first = [c.text for c in tiny.generate(PROMPTS, params)]
+    assert first == [c.text for c in tiny.generate(PROMPTS, params)]
+    other = [c.text for c in tiny.generate(PROMPTS, SamplingParams(temperature=1.0, max_tokens=16, seed=7))]
+    assert other != first
+
+
+def test_stop_strings_cut_the_text(tiny: HFBackend) -> None:
+    free = tiny.chat(PROMPTS[1], SamplingParams(temperature=0, max_tokens=24)).text
+    assert len(free) > 4
+    stop = free[2:4]
+    cut = tiny.chat(PROMPTS[1], SamplingParams(temperature=0, max_tokens=24, stop=(stop,)))
+    assert stop not in cut.text and free.startswith(cut.text)
+    assert cut.finish_reason == "stop"
+
+
+def test_achat_runs_concurrently_safely(tiny: HFBackend) -> None:
+    greedy = SamplingParams(temperature=0, max_tokens=8)
+
+    async def both() -> list[str]:
+        results = await asyncio.gather(*(tiny.achat(p, greedy) for p in PROMPTS))
+        return [r.text for r in results]
+
+    assert asyncio.run(both()) == [c.text for c in tiny.generate(PROMPTS, greedy)]
+
+
+def test_smollm2_answers_a_factual_question(smollm2: str) -> None:
+    backend = HFBackend(smollm2, device="cpu")
+    answer = backend.chat(
+        [{"role": "user", "content": "What is the capital of France? Answer in one word."}],
+        SamplingParams(temperature=0, max_tokens=16),
+    )
+    assert "paris" in answer.text.lower()

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from memrl import models
+from memrl.errors import ModelNotFoundError
+from memrl.tiny import build_tiny_model
+
+
+def test_pull_is_idempotent(tiny_qwen2: str) -> None:
+    weights = Path(tiny_qwen2) / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    assert models.pull("tiny-qwen2") == Path(tiny_qwen2)
+    assert weights.stat().st_mtime_ns == before
+
+
+def test_cache_dir_follows_env(model_cache: Path) -> None:
+    assert models.cache_dir() == model_cache
+    assert models.model_dir(models.REGISTRY["tiny-qwen2"]).is_relative_to(model_cache)
+
+
+def test_resolve_names_paths_and_hub_ids(tiny_qwen2: str, tmp_path: Path) -> None:
+    assert models.resolve("tiny-qwen2") == tiny_qwen2
+    assert models.resolve(str(tmp_path)) == str(tmp_path)
+    assert models.resolve("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    with pytest.raises(ModelNotFoundError, match="not an embedded model"):
+        models.resolve("no-such-model")
+    with pytest.raises(ModelNotFoundError, match="unknown model 'nope'"):
+        models.pull("nope")
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_tiny_models_are_deterministic_and_speak_chatml(arch: str, tmp_path: Path) -> None:
+    a, b = build_tiny_model(arch, tmp_path / "a"), build_tiny_model(arch, tmp_path / "b")
+    wa = AutoModelForCausalLM.from_pretrained(a).state_dict()
+    wb = AutoModelForCausalLM.from_pretrained(b).state_dict()
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    tok = AutoTokenizer.from_pretrained(a)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=False, add_generation_prompt=True)
+    assert prompt == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok("the user prefers short answers")["input_ids"]
+    assert len(ids) < len("the user prefers short answers") / 2  # real BPE merges, not characters
+    assert tok.decode(ids) == "the user prefers short answers"
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+
+
+def test_embedding_model_gives_meaningful_similarity(model_cache: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    path = models.pull("minilm")
+    encoder = SentenceTransformer(str(path), device="cpu")
+    a, b, c = encoder.encode(
+        ["I like short answers.", "Please keep replies brief.", "The hotel is in Paris."], normalize_embeddings=True
+    )
+    assert float(a @ b) > float(a @ c) + 0.2
+
+
+def test_smollm2_conversion_keeps_chat_template(smollm2: str) -> None:
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>assistant\n")
+    assert (Path(smollm2) / "model.safetensors").exists()
+    assert os.path.getsize(Path(smollm2) / "model.safetensors") > 100_000_000
