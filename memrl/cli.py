@@ -114,7 +114,9 @@ def chat(
     message: Annotated[str, typer.Argument(help="the user message")],
     model: Annotated[str, typer.Option(help="embedded name, local path, hub id, or served model name")] = "smollm2",
     endpoint: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL; local model if omitted")] = None,
-    api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY", help="key for --endpoint", show_default=False)] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="OPENAI_API_KEY", help="key for --endpoint", show_default=False)
+    ] = None,
     system: Annotated[str | None, typer.Option(help="system prompt")] = None,
     max_tokens: int = 128,
     temperature: float = 0.0,
@@ -126,9 +128,9 @@ def chat(
     """One chat completion through any backend: a smoke test."""
     from pydantic import SecretStr
 
-    from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig
     from memrl.rollout import SamplingParams, build_backend
     from memrl.rollout.base import Message
+    from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig
 
     cfg: ModelConfig
     if endpoint:

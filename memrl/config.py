@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 from memrl.rollout.config import ModelConfig, SamplingConfig
 from memrl.schema import StrictModel
 
+
 class LoggingConfig(StrictModel):
     """Experiment tracking. wandb runs offline unless a recipe asks otherwise."""
 
@@ -34,7 +35,7 @@ class GenerateStage(StrictModel):
 
     kind: Literal["generate"]
     model: str = Field(description="a key of the recipe's `models`")
-    prompts: list[str] = []
+    prompts: list[str] = Field(default_factory=list)
     prompts_file: Path | None = Field(default=None, description="JSONL with a 'prompt' field, or plain text lines")
     system: str | None = None
     sampling: SamplingConfig = SamplingConfig()
@@ -55,9 +56,9 @@ class Recipe(StrictModel):
     description: str = ""
     seed: int = 0
     output_dir: Path | None = Field(default=None, description="defaults to runs/<name>")
-    models: dict[str, ModelConfig] = {}
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
     logging: LoggingConfig = LoggingConfig()
-    stages: dict[str, StageConfig] = {}
+    stages: dict[str, StageConfig] = Field(default_factory=dict)
 
     @property
     def run_dir(self) -> Path:

@@ -285,5 +285,9 @@ def _set_if_present(data: Any, path: tuple[Key, ...], value: Any) -> None:
             node = node[part]
         except (KeyError, IndexError, TypeError):
             return
-    if isinstance(node, dict) and path[-1] in node or isinstance(node, list) and int(path[-1]) < len(node):
-        node[path[-1]] = value
+    key = path[-1]
+    if isinstance(node, list):
+        if isinstance(key, int) and key < len(node):
+            node[key] = value
+    elif isinstance(node, dict) and key in node:
+        node[key] = value

@@ -71,7 +71,9 @@ def _read_prompts(stage: GenerateStage) -> list[str]:
                 try:
                     prompts.append(str(json.loads(line)["prompt"]))
                 except (json.JSONDecodeError, KeyError, TypeError):
-                    raise ConfigError(f"{stage.prompts_file}:{n}: expected a JSON object with a 'prompt' field") from None
+                    raise ConfigError(
+                        f"{stage.prompts_file}:{n}: expected a JSON object with a 'prompt' field"
+                    ) from None
             else:
                 prompts.append(line)
     return prompts

@@ -26,14 +26,84 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-_WORDS = (
-    "the user prefers short answers with bullet points and numbered steps a summary at the end "
-    "agent assistant reflection note memory preference session problem answer draft solution math "
-    "logic question option correct wrong because therefore first second third finally example "
-    "analogy confidence score reasoning coverage format json slot value intent hotel restaurant "
-    "flight date time city price cheap expensive book reserve confirm missing recall earlier "
-    "please thanks sorry direct polite blunt proactive suggest outline headings takeaway"
-).split()
+_WORDS = [
+    "the",
+    "user",
+    "prefers",
+    "short",
+    "answers",
+    "with",
+    "bullet",
+    "points",
+    "and",
+    "numbered",
+    "steps",
+    "a",
+    "summary",
+    "at",
+    "the",
+    "end",
+    "agent",
+    "assistant",
+    "reflection",
+    "note",
+    "memory",
+    "preference",
+    "session",
+    "problem",
+    "answer",
+    "draft",
+    "solution",
+    "math",
+    "logic",
+    "question",
+    "option",
+    "correct",
+    "wrong",
+    "because",
+    "therefore",
+    "first",
+    "second",
+    "third",
+    "finally",
+    "example",
+    "analogy",
+    "confidence",
+    "score",
+    "reasoning",
+    "coverage",
+    "format",
+    "json",
+    "slot",
+    "value",
+    "intent",
+    "hotel",
+    "restaurant",
+    "flight",
+    "date",
+    "time",
+    "city",
+    "price",
+    "cheap",
+    "expensive",
+    "book",
+    "reserve",
+    "confirm",
+    "missing",
+    "recall",
+    "earlier",
+    "please",
+    "thanks",
+    "sorry",
+    "direct",
+    "polite",
+    "blunt",
+    "proactive",
+    "suggest",
+    "outline",
+    "headings",
+    "takeaway",
+]
 
 
 def training_corpus(lines: int = 3000, seed: int = 0) -> list[str]:
@@ -93,9 +163,7 @@ def build_tiny_model(arch: str, out_dir: Path, seed: int = 0) -> Path:
     tokenizer = train_tokenizer(seed=seed)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(_config(arch, tokenizer))
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
-    )
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

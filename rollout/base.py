@@ -87,9 +87,7 @@ class ChatBackend(ABC):
         return await asyncio.to_thread(self.chat, messages, params)
 
     @abstractmethod
-    def generate(
-        self, conversations: Sequence[Conversation], params: SamplingParams | None = None
-    ) -> list[Completion]:
+    def generate(self, conversations: Sequence[Conversation], params: SamplingParams | None = None) -> list[Completion]:
         """One completion per conversation, in order."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing to release

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from memrl import models
-from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 from memrl.errors import ModelNotFoundError
 from memrl.rollout.base import ChatBackend
+from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 
 
 def _hf(cfg: HFModelConfig) -> ChatBackend:

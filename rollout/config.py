@@ -50,7 +50,7 @@ class SamplingConfig(StrictModel):
     temperature: float = Field(default=1.0, ge=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
     max_tokens: PositiveInt = 256
-    stop: list[str] = []
+    stop: list[str] = Field(default_factory=list)
     seed: int | None = None
 
     def params(self) -> SamplingParams:

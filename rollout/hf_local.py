@@ -37,15 +37,13 @@ class HFBackend(ChatBackend):
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=pick_dtype(dtype, self.device)
-        ).to(self.device)
+            model_path, dtype=pick_dtype(dtype, self.device), device_map=self.device
+        )
         self.model.eval()
         self.model_path = model_path
         self._lock = threading.Lock()  # one generate at a time: the model is not re-entrant
 
-    def generate(
-        self, conversations: Sequence[Conversation], params: SamplingParams | None = None
-    ) -> list[Completion]:
+    def generate(self, conversations: Sequence[Conversation], params: SamplingParams | None = None) -> list[Completion]:
         params = params or SamplingParams()
         out: list[Completion] = []
         with self._lock:
@@ -59,7 +57,10 @@ class HFBackend(ChatBackend):
 
     def _generate_batch(self, batch: Sequence[Conversation], params: SamplingParams) -> list[Completion]:
         prompts = [
-            self.tokenizer.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True) for c in batch
+            self.tokenizer.apply_chat_template(
+                [{"role": m["role"], "content": m["content"]} for m in c], tokenize=False, add_generation_prompt=True
+            )
+            for c in batch
         ]
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         kwargs: dict[str, Any] = {
@@ -73,13 +74,13 @@ class HFBackend(ChatBackend):
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         with torch.inference_mode():
-            generated = self.model.generate(**enc, **kwargs)
+            generated = self.model.generate(**enc, **kwargs)  # type: ignore[operator]  # nn.Module typing hides it
         new_tokens = generated[:, enc["input_ids"].shape[1] :]
         eos_ids = _as_set(self.model.generation_config.eos_token_id) | _as_set(self.tokenizer.eos_token_id)
         completions = []
         for row, mask in zip(new_tokens.tolist(), enc["attention_mask"], strict=True):
             n = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
-            text = self.tokenizer.decode(row[:n], skip_special_tokens=True)
+            text = str(self.tokenizer.decode(row[:n], skip_special_tokens=True))
             text, stopped = _cut_at_stop(text, params.stop)
             hit_eos = n < len(row) or (n > 0 and row[n - 1] in eos_ids)
             completions.append(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
+import httpx2  # the HTTP client openai 3.x is built on
 import openai
 
 from memrl.errors import BackendError
@@ -48,7 +48,7 @@ class OpenAIBackend(ChatBackend):
             api_key=self._api_key,
             timeout=timeout,
             max_retries=max_retries,
-            http_client=httpx.Client(transport=_CountingTransport(httpx.HTTPTransport(), self)),
+            http_client=httpx2.Client(transport=_CountingTransport(httpx2.HTTPTransport(), self)),
         )
         self._slots = threading.BoundedSemaphore(max_concurrency)
         # httpx async clients and asyncio semaphores belong to one event loop each.
@@ -124,7 +124,7 @@ class OpenAIBackend(ChatBackend):
                 api_key=self._api_key,
                 timeout=self.timeout,
                 max_retries=self.max_retries,
-                http_client=httpx.AsyncClient(transport=_AsyncCountingTransport(httpx.AsyncHTTPTransport(), self)),
+                http_client=httpx2.AsyncClient(transport=_AsyncCountingTransport(httpx2.AsyncHTTPTransport(), self)),
             )
             state = (client, asyncio.Semaphore(self.max_concurrency))
             self._per_loop[loop] = state
@@ -140,9 +140,7 @@ class OpenAIBackend(ChatBackend):
                 raise self._error(exc) from exc
         return self._completion(response)
 
-    def generate(
-        self, conversations: Sequence[Conversation], params: SamplingParams | None = None
-    ) -> list[Completion]:
+    def generate(self, conversations: Sequence[Conversation], params: SamplingParams | None = None) -> list[Completion]:
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             return list(pool.map(lambda c: self.chat(c, params), conversations))
 
@@ -156,13 +154,13 @@ class OpenAIBackend(ChatBackend):
         self._client.close()
 
 
-class _CountingTransport(httpx.BaseTransport):
+class _CountingTransport(httpx2.BaseTransport):
     """Counts attempts and requests on the wire, failed ones included."""
 
-    def __init__(self, inner: httpx.BaseTransport, owner: OpenAIBackend) -> None:
+    def __init__(self, inner: httpx2.BaseTransport, owner: OpenAIBackend) -> None:
         self.inner, self.owner = inner, owner
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         self.owner._sent()
         try:
             return self.inner.handle_request(request)
@@ -173,11 +171,11 @@ class _CountingTransport(httpx.BaseTransport):
         self.inner.close()
 
 
-class _AsyncCountingTransport(httpx.AsyncBaseTransport):
-    def __init__(self, inner: httpx.AsyncBaseTransport, owner: OpenAIBackend) -> None:
+class _AsyncCountingTransport(httpx2.AsyncBaseTransport):
+    def __init__(self, inner: httpx2.AsyncBaseTransport, owner: OpenAIBackend) -> None:
         self.inner, self.owner = inner, owner
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         self.owner._sent()
         try:
             return await self.inner.handle_async_request(request)

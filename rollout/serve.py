@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import IO, Literal
 
-import httpx
+import httpx2
 
 from memrl import models
 from memrl.errors import BackendError
@@ -132,11 +132,13 @@ class LocalServer:
         while time.monotonic() < deadline:
             code = self.process.poll()
             if code is not None:
-                raise BackendError(f"{self.engine} server exited with code {code} before it was ready{self._log_hint()}")
+                raise BackendError(
+                    f"{self.engine} server exited with code {code} before it was ready{self._log_hint()}"
+                )
             try:
-                if httpx.get(health, timeout=2.0).status_code == 200:
+                if httpx2.get(health, timeout=2.0).status_code == 200:
                     return
-            except httpx.HTTPError:
+            except httpx2.HTTPError:
                 pass
             time.sleep(0.5)
         self.stop()

@@ -41,9 +41,7 @@ class VLLMBackend(ChatBackend):
             dtype=dtype,
         )
 
-    def generate(
-        self, conversations: Sequence[Conversation], params: SamplingParams | None = None
-    ) -> list[Completion]:
+    def generate(self, conversations: Sequence[Conversation], params: SamplingParams | None = None) -> list[Completion]:
         params = params or SamplingParams()
         sampling = self._vllm.SamplingParams(
             temperature=params.temperature,

@@ -10,7 +10,10 @@ from memrl.rollout.hf_local import HFBackend
 
 PROMPTS: list[Conversation] = [
     [{"role": "user", "content": "hello"}],
-    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the user prefers short answers with bullet points"}],
+    [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "the user prefers short answers with bullet points"},
+    ],
     [{"role": "user", "content": "1 + 2 = ?"}],
 ]
 

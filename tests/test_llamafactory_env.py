@@ -12,7 +12,9 @@ import pytest
 def test_dry_run_lists_the_steps(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "memrl.cli", "env", "llamafactory", "--path", str(tmp_path / "lf"), "--dry-run"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert f"venv {tmp_path / 'lf'}" in out
     assert "llamafactory==0.9.5" in out and "torch==" in out
@@ -24,7 +26,9 @@ def test_environment_is_created_and_isolated(tmp_path: Path) -> None:
     env_dir = tmp_path / "lf"
     result = subprocess.run(
         [sys.executable, "-m", "memrl.cli", "env", "llamafactory", "--path", str(env_dir)],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     cli = Path(result.stdout.strip().splitlines()[-1])
@@ -33,8 +37,14 @@ def test_environment_is_created_and_isolated(tmp_path: Path) -> None:
     assert "0.9.5" in version
     # Its pins differ from ours: that is why it lives apart.
     trl = subprocess.run(
-        [str(env_dir / "bin" / "python"), "-c", "import trl, transformers; print(trl.__version__, transformers.__version__)"],
-        capture_output=True, text=True, check=True,
+        [
+            str(env_dir / "bin" / "python"),
+            "-c",
+            "import trl, transformers; print(trl.__version__, transformers.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     assert trl[0].startswith("0.")
     import trl as our_trl
@@ -43,6 +53,9 @@ def test_environment_is_created_and_isolated(tmp_path: Path) -> None:
     # A second call finds it ready and changes nothing.
     again = subprocess.run(
         [sys.executable, "-m", "memrl.cli", "env", "llamafactory", "--path", str(env_dir)],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     assert again.stdout.strip() == str(cli)

@@ -59,7 +59,7 @@ def test_batched_generate_respects_the_bound(smollm2_server: LocalServer) -> Non
 
 def test_timeout_is_a_backend_error(smollm2_server: LocalServer) -> None:
     backend = backend_for(smollm2_server, timeout=0.2, max_retries=1)
-    with pytest.raises(BackendError, match="timed out after 0.2s"):
+    with pytest.raises(BackendError, match=r"timed out after 0\.2s"):
         backend.chat(QUESTION, SamplingParams(max_tokens=400))  # type: ignore[arg-type]
     assert backend.attempts == 2 and backend.usage.failures == 1
 
@@ -99,9 +99,22 @@ def test_retry_survives_a_killed_server(tiny_qwen2: str, tmp_path: Path) -> None
 
 def test_chat_cli_through_endpoint(smollm2_server: LocalServer) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "memrl.cli", "chat", "--endpoint", smollm2_server.url, "--model", "smollm2", "--json",
-         "What is the capital of France? Answer in one word."],
-        capture_output=True, text=True, check=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "memrl.cli",
+            "chat",
+            "--endpoint",
+            smollm2_server.url,
+            "--model",
+            "smollm2",
+            "--json",
+            "What is the capital of France? Answer in one word.",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     assert '"requests": 1' in out.stdout and "paris" in out.stdout.lower()
 
@@ -109,8 +122,21 @@ def test_chat_cli_through_endpoint(smollm2_server: LocalServer) -> None:
 def test_serve_cli_starts_answers_and_stops_on_ctrl_c(tiny_qwen2: str) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memrl.cli", "serve", "--model", "tiny-qwen2", "--port", str(port), "--engine", "transformers"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "memrl.cli",
+            "serve",
+            "--model",
+            "tiny-qwen2",
+            "--port",
+            str(port),
+            "--engine",
+            "transformers",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None

@@ -13,9 +13,7 @@ IMPORT_ALL = "import memrl.envs, memrl.rewards, memrl.train, memrl.rollout, memr
 
 
 def _python(code: str, cwd: Path, env: dict[str, str] | None = None) -> str:
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, check=True)
     return out.stdout
 
 
@@ -33,7 +31,18 @@ def test_layers_are_not_importable_bare(tmp_path: Path) -> None:
 
 def test_built_wheel_imports_and_ships_recipes(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
         check=True,
         capture_output=True,
     )

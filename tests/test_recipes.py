@@ -23,7 +23,10 @@ def test_every_bundled_recipe_validates() -> None:
 
 
 def test_extends_merges_deeply_and_child_wins(tmp_path: Path) -> None:
-    write(tmp_path / "parent.yaml", "extends: quickstart\nname: parent\nstages:\n  generate:\n    sampling:\n      max_tokens: 7\n")
+    write(
+        tmp_path / "parent.yaml",
+        "extends: quickstart\nname: parent\nstages:\n  generate:\n    sampling:\n      max_tokens: 7\n",
+    )
     child = write(tmp_path / "child.yaml", "extends: parent.yaml\nname: child\nseed: 3\n")
     recipe = load_recipe(child).recipe
     stage = recipe.stages["generate"]
@@ -76,7 +79,7 @@ def test_wrong_type_names_key_and_expected_type() -> None:
 def test_wrong_backend_tag_and_missing_key() -> None:
     with pytest.raises(ConfigError, match="'hf', 'openai', 'vllm'"):
         load_recipe("quickstart", ["models.policy.backend=tgi"])
-    with pytest.raises(ConfigError, match="required key 'models.judge.model' is missing"):
+    with pytest.raises(ConfigError, match=r"required key 'models\.judge\.model' is missing"):
         load_recipe("quickstart", ["models.judge.backend=hf"])
 
 
@@ -92,7 +95,7 @@ def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
 
 
 def test_malformed_override_and_unknown_recipe() -> None:
-    with pytest.raises(ConfigError, match="not of the form dotted.key=value"):
+    with pytest.raises(ConfigError, match=r"not of the form dotted\.key=value"):
         load_recipe("quickstart", ["seed"])
     with pytest.raises(ConfigError, match="did you mean 'quickstart'"):
         load_recipe("quickstrat")

@@ -66,8 +66,13 @@ def test_bad_prompts_file_is_one_line(tiny_qwen2: str, tmp_path: Path) -> None:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "ok"}\n{"text": "no prompt key"}\n')
     result = memrl_run(
-        "quickstart", "models.policy.model=tiny-qwen2", "--stage", "generate",
-        f"stages.generate.prompts_file={prompts}", f"output_dir={tmp_path / 'run'}", cwd=tmp_path,
+        "quickstart",
+        "models.policy.model=tiny-qwen2",
+        "--stage",
+        "generate",
+        f"stages.generate.prompts_file={prompts}",
+        f"output_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (

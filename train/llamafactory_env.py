@@ -60,17 +60,26 @@ def plan(env_dir: Path) -> list[Step]:
         # Its torchvision/torchaudio wheels are CUDA-linked and break `import transformers` on a CPU torch;
         # its data/mm_plugin.py imports torchaudio unconditionally, so an empty module stands in for it.
         steps += [
-            Step("remove CUDA-linked torchvision/torchaudio", [py, "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio"]),
+            Step(
+                "remove CUDA-linked torchvision/torchaudio",
+                [py, "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio"],
+            ),
             Step(
                 "add an empty torchaudio module",
-                [py, "-c", "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'torchaudio.py').write_text('')"],
+                [
+                    py,
+                    "-c",
+                    "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'torchaudio.py').write_text('')",
+                ],
             ),
         ]
     steps.append(Step("check llamafactory-cli", [str(cli_path(env_dir)), "version"]))
     return steps
 
 
-def ensure_env(env_dir: Path | None = None, log: Path | None = None, on_step: Callable[[Step], None] | None = None) -> Path:
+def ensure_env(
+    env_dir: Path | None = None, log: Path | None = None, on_step: Callable[[Step], None] | None = None
+) -> Path:
     """Create the environment once (idempotent); return the path of its `llamafactory-cli`."""
     env_dir = (env_dir or default_env_dir()).expanduser().resolve()
     if (env_dir / _READY).exists():
@@ -88,7 +97,9 @@ def ensure_env(env_dir: Path | None = None, log: Path | None = None, on_step: Ca
             out.flush()
             code = subprocess.call(step.argv, stdout=out, stderr=subprocess.STDOUT, env=_pip_env(env_dir))
             if code != 0:
-                raise MemrlError(f"LLaMA-Factory environment: step '{step.description}' failed (exit {code}); log: {log}")
+                raise MemrlError(
+                    f"LLaMA-Factory environment: step '{step.description}' failed (exit {code}); log: {log}"
+                )
     (env_dir / _READY).write_text(LLAMAFACTORY_VERSION)
     return cli_path(env_dir)
 
@@ -99,4 +110,3 @@ def _pip_env(env_dir: Path) -> dict[str, str]:
     env["PIP_CONSTRAINT"] = str(env_dir / "constraints.txt")
     env["PATH"] = f"{env_dir / 'bin'}:{env.get('PATH', '')}"
     return env
-
