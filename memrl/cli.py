@@ -208,7 +208,7 @@ def env_llamafactory(
 
 def main() -> None:
     try:
-        app()
+        app(prog_name="memrl")
     except MemrlError as exc:
         if _debug:
             raise

@@ -217,8 +217,13 @@ def _explain(error: Any, where: str) -> str:
         return f"required key {where!r} is missing"
     if kind == "value_error":
         return msg.removeprefix("Value error, ")
+    ctx = error.get("ctx", {})
     if kind == "union_tag_not_found":
-        return f"{where}: {msg}"
+        return f"required key '{where}.{ctx['discriminator'].strip(chr(39))}' is missing"
+    if kind == "union_tag_invalid":
+        return (
+            f"{where}.{ctx['discriminator'].strip(chr(39))}: expected one of {ctx['expected_tags']}, got {ctx['tag']!r}"
+        )
     expected = msg.removeprefix("Input should be ")
     return f"{where}: expected {expected}, got {error['input']!r}"
 

@@ -88,7 +88,7 @@ def run_generate(stage: GenerateStage, ctx: RunContext, name: str) -> None:
     todo = [p for p in _read_prompts(stage) if _prompt_key(stage.system, p) not in out.done]
     backend = ctx.backend(stage.model)
     params = stage.sampling.params()
-    chunk = getattr(backend, "batch_size", 8)
+    chunk = backend.batch_size
     with progress(ctx.console) as bar:
         task = bar.add_task(f"{name}: generating", total=len(todo))
         for start in range(0, len(todo), chunk):

@@ -76,6 +76,7 @@ class ChatBackend(ABC):
     """
 
     name: str
+    batch_size: int = 8  # conversations one `generate` call should get at a time to keep the backend busy
 
     def __init__(self) -> None:
         self.usage = Usage()

@@ -38,6 +38,7 @@ class OpenAIBackend(ChatBackend):
         self.timeout = timeout
         self.max_retries = max_retries
         self.max_concurrency = max_concurrency
+        self.batch_size = max_concurrency
         self._api_key = api_key or "EMPTY"  # local servers ignore it; the client insists on one
         self._wire_lock = threading.Lock()
         self.attempts = 0  # HTTP requests sent, retries included

@@ -22,6 +22,7 @@ def import_vllm() -> Any:
 
 class VLLMBackend(ChatBackend):
     name = "vllm"
+    batch_size = 256  # the engine schedules continuously; hand it large batches
 
     def __init__(
         self,

@@ -77,10 +77,14 @@ def test_wrong_type_names_key_and_expected_type() -> None:
 
 
 def test_wrong_backend_tag_and_missing_key() -> None:
-    with pytest.raises(ConfigError, match="'hf', 'openai', 'vllm'"):
+    with pytest.raises(
+        ConfigError, match=r"models\.policy\.backend: expected one of 'hf', 'openai', 'vllm', got 'tgi'"
+    ):
         load_recipe("quickstart", ["models.policy.backend=tgi"])
     with pytest.raises(ConfigError, match=r"required key 'models\.judge\.model' is missing"):
         load_recipe("quickstart", ["models.judge.backend=hf"])
+    with pytest.raises(ConfigError, match=r"required key 'models\.judge\.backend' is missing"):
+        load_recipe("quickstart", ["models.judge.model=tiny-qwen2"])
 
 
 def test_stage_must_reference_a_defined_model() -> None:
