@@ -26,92 +26,23 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-_WORDS = [
-    "the",
-    "user",
-    "prefers",
-    "short",
-    "answers",
-    "with",
-    "bullet",
-    "points",
-    "and",
-    "numbered",
-    "steps",
-    "a",
-    "summary",
-    "at",
-    "the",
-    "end",
-    "agent",
-    "assistant",
-    "reflection",
-    "note",
-    "memory",
-    "preference",
-    "session",
-    "problem",
-    "answer",
-    "draft",
-    "solution",
-    "math",
-    "logic",
-    "question",
-    "option",
-    "correct",
-    "wrong",
-    "because",
-    "therefore",
-    "first",
-    "second",
-    "third",
-    "finally",
-    "example",
-    "analogy",
-    "confidence",
-    "score",
-    "reasoning",
-    "coverage",
-    "format",
-    "json",
-    "slot",
-    "value",
-    "intent",
-    "hotel",
-    "restaurant",
-    "flight",
-    "date",
-    "time",
-    "city",
-    "price",
-    "cheap",
-    "expensive",
-    "book",
-    "reserve",
-    "confirm",
-    "missing",
-    "recall",
-    "earlier",
-    "please",
-    "thanks",
-    "sorry",
-    "direct",
-    "polite",
-    "blunt",
-    "proactive",
-    "suggest",
-    "outline",
-    "headings",
-    "takeaway",
-]
+_VOCABULARY = (
+    "the user prefers short answers with bullet points and numbered steps a summary at the end agent "
+    "assistant reflection note memory preference session problem answer draft solution math logic "
+    "question option correct wrong because therefore first second third finally example analogy "
+    "confidence score reasoning coverage format json slot value intent hotel restaurant flight date time "
+    "city price cheap expensive book reserve confirm missing recall earlier please thanks sorry direct "
+    "polite blunt proactive suggest outline headings takeaway"
+)
 
 
 def training_corpus(lines: int = 3000, seed: int = 0) -> list[str]:
     """Deterministic text covering words, digits, punctuation and the JSON the agents emit."""
     rng = random.Random(seed)
+    vocabulary = _VOCABULARY.split()
     corpus = []
     for i in range(lines):
-        words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 16)))
+        words = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(4, 16)))
         corpus.append(f"{words.capitalize()}. {rng.randint(0, 9999)} + {rng.randint(0, 99)} = ?")
         if i % 5 == 0:
             corpus.append(f'{{"score": {rng.randint(0, 3)}, "reasoning": "{words}", "notes": ["{words}"]}}')

@@ -38,8 +38,7 @@ def pick_engine(engine: Engine) -> Literal["transformers", "vllm"]:
     if engine != "auto":
         return engine
     has_vllm = importlib.util.find_spec("vllm") is not None
-    has_cuda = importlib.util.find_spec("torch") is not None and _cuda_available()
-    return "vllm" if has_vllm and has_cuda else "transformers"
+    return "vllm" if has_vllm and _cuda_available() else "transformers"
 
 
 def _cuda_available() -> bool:
