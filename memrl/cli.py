@@ -12,6 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from memrl.envs.collab.cli import collab_app, eval_collab
 from memrl.errors import MemrlError
 
 app = typer.Typer(
@@ -25,7 +26,11 @@ models_app = typer.Typer(help="Embedded offline models.", no_args_is_help=True)
 env_app = typer.Typer(help="Separate environments for tools whose pins clash with memrl's.", no_args_is_help=True)
 app.add_typer(recipes_app, name="recipes")
 app.add_typer(models_app, name="models")
+eval_app = typer.Typer(help="Evaluate agents in the simulated environments.", no_args_is_help=True)
 app.add_typer(env_app, name="env")
+app.add_typer(collab_app, name="collab")
+app.add_typer(eval_app, name="eval")
+eval_app.command("collab")(eval_collab)
 
 console = Console(stderr=True)
 _debug = False

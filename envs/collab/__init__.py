@@ -1,0 +1,1 @@
+"""MultiSessionCollab: users with interaction preferences collaborating with memory agents over many sessions."""

@@ -1,0 +1,63 @@
+"""Typed config of a multi-session collab evaluation (what `memrl eval collab` builds from its flags)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, PositiveInt
+
+from memrl.envs.collab.agents import AgentKind
+from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, SamplingConfig
+from memrl.schema import StrictModel
+
+
+def model_from_spec(spec: str, max_concurrency: int = 32) -> ModelConfig:
+    """`NAME` (embedded name, local path or hub id, served locally) or `NAME@URL` (an OpenAI-compatible endpoint)."""
+    name, sep, url = spec.partition("@")
+    if sep and url.startswith(("http://", "https://")):
+        return OpenAIModelConfig(backend="openai", model=name, endpoint=url, max_concurrency=max_concurrency)
+    return HFModelConfig(backend="hf", model=spec)
+
+
+class CollabSampling(StrictModel):
+    """Sampling per role. Budgets fit each role's JSON on the CPU default model; raise them for real models."""
+
+    agent: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=96, seed=0)
+    retrieval: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=64)
+    user: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=256, seed=0)
+    reflector: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=192, seed=0)
+    judge: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=128)
+
+
+class CollabEvalConfig(StrictModel):
+    task: str = Field(
+        default="arith", description="problem set: arith (shipped), math-500, math-hard, logiqa, mmlu, medqa"
+    )
+    problems: Path | None = Field(default=None, description="local JSON/JSONL/parquet or cache folder; default: hub")
+    split: Literal["train", "eval"] = "eval"
+    eval_problems: PositiveInt = Field(default=100, description="problems held out for eval; the rest is train")
+    profiles: Path | None = Field(default=None, description="user profiles file; default: sampled from the seed")
+    users: PositiveInt = 4
+    sessions: PositiveInt = 20
+    max_turns: PositiveInt = 10
+    agent: AgentKind = AgentKind.MEMORY
+    simulator: Literal["rule", "llm"] = "rule"
+    model: ModelConfig = HFModelConfig(backend="hf", model="smollm2")
+    user_model: ModelConfig | None = Field(default=None, description="LLM user simulator; default: `model`")
+    reflector: ModelConfig | None = Field(default=None, description="session-level reflection; default: `model`")
+    judge: ModelConfig | None = Field(default=None, description="grades free-form answers; default: user model")
+    sampling: CollabSampling = CollabSampling()
+    seed: int = 0
+    workers: PositiveInt | None = Field(default=None, description="Ray actors; default: min(users, CPUs, 8)")
+    max_in_flight: PositiveInt = Field(default=32, description="requests in flight per model endpoint, all workers")
+    ray_address: str | None = Field(default=None, description="Ray cluster address; default: a local Ray")
+
+    def user_model_or_default(self) -> ModelConfig:
+        return self.user_model or self.model
+
+    def reflector_or_default(self) -> ModelConfig:
+        return self.reflector or self.model
+
+    def judge_or_default(self) -> ModelConfig:
+        return self.judge or self.user_model_or_default()

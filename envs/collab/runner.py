@@ -1,0 +1,249 @@
+"""Multi-session runs: each user's sessions in order with memory carried over, users in parallel on Ray actors.
+
+The driver owns the output: it appends each finished session to `sessions.jsonl` (fsync'ed), so a crash loses
+nothing finished, and a rerun resumes each user after its last finished session with the memory saved there.
+Workers are stateless across calls (the memory travels with the request), so any worker can run any session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
+from memrl.envs.collab.config import CollabEvalConfig
+from memrl.envs.collab.grading import Grader
+from memrl.envs.collab.problems import AnswerKind, Problem, get_task, load_problems, split_problems
+from memrl.envs.collab.profiles import UserProfile, load_profiles, sample_profiles, split_profiles
+from memrl.envs.collab.session import SessionSpec, run_session, session_key
+from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
+from memrl.errors import MemrlError
+from memrl.jsonl import ResumableJsonl
+from memrl.rollout.base import ChatBackend
+from memrl.rollout.builder import build_backend
+from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
+from memrl.rollout.serve import LocalServer, free_port, pick_engine
+from memrl.stages import progress
+
+SESSIONS_FILE = "sessions.jsonl"
+PROFILE_POOL = 200  # sampled users; train and eval are disjoint slices of this pool
+EVAL_USERS = 100
+
+
+# --- what to run --------------------------------------------------------------------------------------------------
+
+
+def select_profiles(cfg: CollabEvalConfig) -> list[UserProfile]:
+    if cfg.profiles is not None:
+        return load_profiles(cfg.profiles)[: cfg.users]
+    train, eval_ = split_profiles(sample_profiles(PROFILE_POOL, cfg.seed), EVAL_USERS, cfg.seed)
+    pool = eval_ if cfg.split == "eval" else train
+    if cfg.users > len(pool):
+        raise MemrlError(f"--users {cfg.users}: the sampled {cfg.split} pool has {len(pool)} users")
+    return pool[: cfg.users]
+
+
+def select_problems(cfg: CollabEvalConfig) -> list[Problem]:
+    problems = load_problems(cfg.task, cfg.problems, seed=cfg.seed)
+    n_eval = min(cfg.eval_problems, len(problems) // 2) or 1
+    train, eval_ = split_problems(problems, n_eval, cfg.seed)
+    return eval_ if cfg.split == "eval" else train
+
+
+def assign_problems(users: list[UserProfile], problems: list[Problem], sessions: int, seed: int) -> dict[str, list]:
+    """Each user gets `sessions` problems in a fixed random order (distinct while the set is large enough)."""
+    plan = {}
+    for user in users:
+        rng = random.Random(f"{seed}|{user.id}")
+        picked = rng.sample(problems, sessions) if sessions <= len(problems) else rng.choices(problems, k=sessions)
+        plan[user.id] = picked
+    return plan
+
+
+# --- models -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The endpoint config of every model role a run needs (None: not needed)."""
+
+    agent: OpenAIModelConfig | ModelConfig
+    reflector: ModelConfig | None
+    user: ModelConfig | None
+    judge: ModelConfig | None
+
+
+def needed_roles(cfg: CollabEvalConfig) -> Roles:
+    free_form = get_task(cfg.task).kind is AnswerKind.FREE
+    return Roles(
+        agent=cfg.model,
+        reflector=cfg.reflector_or_default() if cfg.agent is AgentKind.MEMORY else None,
+        user=cfg.user_model_or_default() if cfg.simulator == "llm" else None,
+        judge=cfg.judge_or_default() if free_form else None,
+    )
+
+
+def serve_locally(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_worker: int) -> Roles:
+    """Start one local server per distinct in-process model, so all workers share it and batch together.
+
+    On CPU that is `transformers serve` with continuous batching; with a GPU and vLLM, `vllm serve`.
+    """
+    served: dict[str, OpenAIModelConfig] = {}
+
+    def endpoint(cfg: ModelConfig | None) -> OpenAIModelConfig | None:
+        if cfg is None:
+            return None
+        if isinstance(cfg, OpenAIModelConfig):
+            return cfg.model_copy(update={"max_concurrency": per_worker})
+        assert isinstance(cfg, HFModelConfig | VLLMModelConfig)
+        if cfg.model not in served:
+            extra = ("--continuous-batching",) if pick_engine("auto") == "transformers" else ()
+            log = log_dir / f"serve-{len(served)}.log"
+            server = stack.enter_context(LocalServer(cfg.model, port=free_port(), log=log, extra_args=extra))
+            served[cfg.model] = OpenAIModelConfig(
+                backend="openai", model=server.name, endpoint=server.url, max_concurrency=per_worker
+            )
+        return served[cfg.model]
+
+    agent = endpoint(roles.agent)
+    assert agent is not None
+    return Roles(agent, endpoint(roles.reflector), endpoint(roles.user), endpoint(roles.judge))
+
+
+# --- workers ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    cfg: CollabEvalConfig
+    roles: Roles
+
+
+class SessionRunner:
+    """Builds the backends once and runs any session it is given (in-process, or inside a Ray actor)."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        cfg, roles = spec.cfg, spec.roles
+        sampling = cfg.sampling
+        self.max_turns = cfg.max_turns
+        self._backends: list[ChatBackend] = []
+        agent_backend = self._build(roles.agent)
+        reflector = None
+        if roles.reflector is not None:
+            reflector = Reflector(self._build(roles.reflector), sampling.reflector.params())
+        self.agent = CollabAgent(
+            cfg.agent, agent_backend, sampling.agent.params(), reflector, sampling.retrieval.params()
+        )
+        judge = self._build(roles.judge) if roles.judge is not None else None
+        self.grader = Grader(judge, sampling.judge.params())
+        self.simulator: UserSimulator = (
+            LLMUserSimulator(self._build(roles.user), sampling.user.params())
+            if roles.user is not None
+            else RuleUserSimulator(self.grader, seed=cfg.seed)
+        )
+
+    def _build(self, cfg: ModelConfig) -> Any:
+        backend = build_backend(cfg)
+        self._backends.append(backend)
+        return backend
+
+    async def run(self, profile: dict, problem: dict, index: int, memory: dict) -> dict[str, Any]:
+        spec = SessionSpec(UserProfile.from_record(profile), Problem.from_record(problem), index)
+        record, _ = await run_session(
+            spec, self.agent, self.simulator, self.grader, AgentMemory.from_record(memory), self.max_turns
+        )
+        return record
+
+    def usage(self) -> dict[str, dict[str, int]]:
+        return {b.name: b.usage.as_dict() for b in self._backends}
+
+
+def _ray_worker_class() -> Any:
+    import ray
+
+    return ray.remote(SessionRunner)
+
+
+# --- driver -------------------------------------------------------------------------------------------------------
+
+
+def _resume_state(sink: ResumableJsonl) -> dict[str, tuple[int, AgentMemory]]:
+    """Per user: the next session index and the memory saved by the last finished one."""
+    state: dict[str, tuple[int, AgentMemory]] = {}
+    for record in sink.records():
+        index = int(record["session"])
+        if index + 1 > state.get(record["user_id"], (0, AgentMemory()))[0]:
+            state[record["user_id"]] = (index + 1, AgentMemory.from_record(record["memory"]))
+    return state
+
+
+def _cause(exc: BaseException) -> BaseException:
+    return getattr(exc, "cause", None) or exc
+
+
+def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
+    """Run (or resume) the evaluation into `out`; return every session record."""
+    import ray
+
+    users = select_profiles(cfg)
+    plan = assign_problems(users, select_problems(cfg), cfg.sessions, cfg.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    sink = ResumableJsonl(out / SESSIONS_FILE, key="key")
+    state = _resume_state(sink)
+    todo = {u.id: state.get(u.id, (0, AgentMemory())) for u in users if state.get(u.id, (0,))[0] < cfg.sessions}
+    by_id = {u.id: u for u in users}
+    n_workers = min(cfg.workers or min(len(users), os.cpu_count() or 1, 8), max(len(todo), 1))
+    per_worker = max(1, math.ceil(cfg.max_in_flight / n_workers))
+
+    with contextlib.ExitStack() as stack, progress(console) as bar:
+        task = bar.add_task("sessions", total=len(users) * cfg.sessions, completed=len(sink.done))
+        if not todo:
+            return list(sink.records())
+        roles = serve_locally(needed_roles(cfg), stack, out / "logs", per_worker)
+        started_ray = not ray.is_initialized()
+        if started_ray:
+            env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TOKENIZERS_PARALLELISM": "false"}
+            ray.init(address=cfg.ray_address, include_dashboard=False, runtime_env={"env_vars": env})
+            stack.callback(ray.shutdown)
+        worker_cls = _ray_worker_class().options(num_cpus=0, scheduling_strategy="SPREAD")
+        workers = [worker_cls.remote(WorkerSpec(cfg, roles)) for _ in range(n_workers)]
+
+        in_flight: dict[Any, str] = {}
+
+        def submit(user_id: str, slot: int) -> None:
+            index, memory = todo[user_id]
+            problem = plan[user_id][index]
+            ref = workers[slot % n_workers].run.remote(
+                by_id[user_id].to_record(), problem.to_record(), index, memory.to_record()
+            )
+            in_flight[ref] = user_id
+
+        for slot, user_id in enumerate(todo):
+            submit(user_id, slot)
+        slots = {user_id: slot for slot, user_id in enumerate(todo)}
+        while in_flight:
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            user_id = in_flight.pop(ready[0])
+            try:
+                record = ray.get(ready[0])
+            except Exception as exc:  # finished sessions are on disk; name the failure in one line
+                cause = _cause(exc)
+                index = todo[user_id][0]
+                raise MemrlError(f"user {user_id} session {index} failed: {cause}") from cause
+            sink.append(record)
+            bar.advance(task)
+            index = record["session"] + 1
+            todo[user_id] = (index, AgentMemory.from_record(record["memory"]))
+            if index < cfg.sessions:
+                submit(user_id, slots[user_id])
+    return list(sink.records())
+
+
+__all__ = ["SESSIONS_FILE", "SessionRunner", "WorkerSpec", "run_collab", "session_key"]

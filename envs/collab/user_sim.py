@@ -1,0 +1,237 @@
+"""User simulators: an LLM that plays the user (the paper's contract) and a rule user for offline runs and tests.
+
+A simulator starts one `UserSession` per (user, problem); the session keeps the draft answer and decides, after
+each agent reply, whether to enforce a preference, update the draft, or end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memrl.envs.collab.checkers import TurnContext, Verdict, check, is_clarifying_question
+from memrl.envs.collab.grading import Grader
+from memrl.envs.collab.preferences import as_prompt_text, get_preference
+from memrl.envs.collab.problems import AnswerKind, Problem, get_task
+from memrl.envs.collab.profiles import UserProfile
+from memrl.envs.collab.prompts import TERMINATE, user_messages
+from memrl.rollout.base import ChatBackend, Message, SamplingParams
+from memrl.rollout.json_output import JSONParseFailure, parse_json_object
+
+INITIAL_DRAFT = "I don't know"
+
+
+@dataclass(frozen=True)
+class UserTurn:
+    response: str
+    enforce: bool = False
+    draft_answer: str = INITIAL_DRAFT
+    terminate: bool = False
+    violated: tuple[str, ...] = ()  # preference ids the checkers found violated in the agent's last reply
+    reasoning: str = ""
+    parse_failed: bool = False
+
+
+def checker_verdicts(profile: UserProfile, reply: str, context: TurnContext) -> dict[str, Verdict]:
+    return {pid: check(pid, reply, context).verdict for pid in profile.preferences}
+
+
+class UserSession(ABC):
+    def __init__(self, profile: UserProfile, problem: Problem, max_turns: int) -> None:
+        self.profile = profile
+        self.problem = problem
+        self.max_turns = max_turns
+        self.draft = INITIAL_DRAFT
+
+    @abstractmethod
+    async def open(self) -> UserTurn:
+        """The user's first message: a description of the problem."""
+
+    @abstractmethod
+    async def reply(self, turns: Sequence[Message]) -> UserTurn:
+        """React to the agent's last message (`turns[-1]`)."""
+
+
+class UserSimulator(ABC):
+    @abstractmethod
+    def start(self, profile: UserProfile, problem: Problem, max_turns: int) -> UserSession: ...
+
+
+# --- rule simulator -----------------------------------------------------------------------------------------------
+
+# One request per preference, in the user's voice; the rule user names exactly what was violated.
+REQUESTS: dict[str, str] = {
+    "direct": "Skip the preamble and get straight to the point.",
+    "narrative": "Could you explain that in a more conversational, connected way?",
+    "polite": "Please be a bit friendlier and more courteous with me.",
+    "blunt": "No pleasantries or apologies, please; just be blunt.",
+    "analytic": "State your assumptions and show each reasoning step before the conclusion.",
+    "intuitive": "Start with the big-picture idea before the details.",
+    "incremental": "Give me one small step at a time and check with me before moving on.",
+    "holistic": "Don't split it up or keep asking whether to continue; give me the whole thing.",
+    "proactive": "End your answer with a suggestion for what I could do next.",
+    "no-suggestions": "Answer only what I asked, without extra suggestions or next steps.",
+    "takeaways": "Before we wrap up, give me the key takeaways.",
+    "multiple-approaches": "Show me more than one way to do this, with the trade-offs of each.",
+    "outline-first": "Start with a short outline of what you are going to cover.",
+    "examples": "Include an example or an analogy, please.",
+    "three-sentences": "Keep replies to three sentences at most.",
+    "bullets": "Put that in bullet points.",
+    "numbered-steps": "Number the steps, please.",
+    "headings": "Use a heading for each section.",
+    "tldr": "End with a one-line TL;DR.",
+    "confidence": "Tell me how confident you are in that answer.",
+}
+
+_ENFORCE_OPENERS = ("Hold on.", "Before we go on:", "That doesn't work for me.", "Wait.")
+_OPENERS = ("Can you help me with this?", "I'm stuck on a problem.", "I need a hand with something.")
+_CLARIFY = ("Here is everything I have:", "This is the whole problem as I have it:")
+_NOT_YET = ("I'm not sure I have the answer yet. Can you keep going?", "That doesn't settle it for me. What next?")
+_THANKS = "Thanks, that answers it."
+_STUCK = "I don't think we're getting anywhere; let's stop here."
+
+_BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+_ANSWER_IS = re.compile(r"(?:final answer|answer)\s*(?:is|:|=)\s*\$?([^\n$]+?)\$?\s*(?:[.!]\s|[.!]?$)", re.I | re.M)
+_LETTER = re.compile(r"(?:answer|option|choice)\s*(?:is|:)?\s*\(?([A-Ea-e])\)?(?![A-Za-z])", re.I)
+_NUMBER = re.compile(r"-?\d+(?:[.,]\d+)?(?:/\d+)?")
+
+
+def extract_answer(text: str, kind: AnswerKind) -> str | None:
+    """The final answer a reply proposes, or None when it proposes none."""
+    boxed = _BOXED.findall(text)
+    if boxed:
+        return f"${boxed[-1]}$"
+    if kind is AnswerKind.CHOICE:
+        letter = _LETTER.findall(text)
+        return f"({letter[-1].upper()})" if letter else None
+    stated = _ANSWER_IS.findall(text)
+    if stated:
+        return stated[-1].strip()
+    if kind is AnswerKind.MATH:
+        numbers = _NUMBER.findall(text)
+        return numbers[-1].replace(",", "") if numbers else None
+    return None
+
+
+def _rng(*parts: object) -> random.Random:
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+@dataclass
+class RuleUserSession(UserSession):
+    """Checkers decide enforcement; the draft takes the answer of a compliant reply; ends when it is right.
+
+    The user also ends after `patience` compliant replies that bring no new answer (the agent cannot help).
+    """
+
+    profile: UserProfile
+    problem: Problem
+    max_turns: int
+    grader: Grader
+    seed: int
+    patience: int = 3
+    draft: str = INITIAL_DRAFT
+    _stale: int = 0
+    _turn: int = 0
+    _rand: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._rand = _rng(self.seed, self.profile.id, self.problem.id)
+
+    async def open(self) -> UserTurn:
+        self._turn = 1
+        return UserTurn(f"{self._rand.choice(_OPENERS)} {self.problem.question}")
+
+    async def reply(self, turns: Sequence[Message]) -> UserTurn:
+        self._turn += 1
+        last = turns[-1]["content"]
+        candidate = extract_answer(last, self.problem.kind)
+        correct = candidate is not None and (await self.grader.grade(self.problem, candidate)).correct
+        context = TurnContext(
+            winding_down=correct or self._turn >= self.max_turns, clarifying=is_clarifying_question(last)
+        )
+        verdicts = checker_verdicts(self.profile, last, context)
+        violated = tuple(pid for pid, v in verdicts.items() if v is Verdict.VIOLATED)
+        if violated:
+            ask = " ".join(REQUESTS[pid] for pid in violated)
+            return UserTurn(f"{self._rand.choice(_ENFORCE_OPENERS)} {ask}", True, self.draft, violated=violated)
+        if context.clarifying:
+            return UserTurn(f"{self._rand.choice(_CLARIFY)} {self.problem.question}", draft_answer=self.draft)
+        if candidate is not None and candidate != self.draft:
+            self.draft, self._stale = candidate, 0
+        else:
+            self._stale += 1
+        if correct:
+            return UserTurn(_THANKS, draft_answer=self.draft, terminate=True)
+        if self._stale >= self.patience:
+            return UserTurn(_STUCK, draft_answer=self.draft, terminate=True)
+        return UserTurn(self._rand.choice(_NOT_YET), draft_answer=self.draft)
+
+
+@dataclass(frozen=True)
+class RuleUserSimulator(UserSimulator):
+    grader: Grader
+    seed: int = 0
+    patience: int = 3
+
+    def start(self, profile: UserProfile, problem: Problem, max_turns: int) -> UserSession:
+        return RuleUserSession(profile, problem, max_turns, self.grader, self.seed, self.patience)
+
+
+# --- LLM simulator ------------------------------------------------------------------------------------------------
+
+
+class LLMUserSession(UserSession):
+    """An LLM plays the user. The contract is enforced in code too: no draft change or ending while enforcing."""
+
+    def __init__(
+        self, profile: UserProfile, problem: Problem, max_turns: int, backend: ChatBackend, sampling: SamplingParams
+    ) -> None:
+        super().__init__(profile, problem, max_turns)
+        self.backend = backend
+        self.sampling = sampling
+        self._preferences = [as_prompt_text(get_preference(p)) for p in profile.preferences]
+        self._task = get_task(problem.task).description
+
+    async def _ask(self, turns: Sequence[Message]) -> UserTurn:
+        messages = user_messages(self._task, self.problem.question, self.profile.persona, self._preferences, turns)
+        raw = (await self.backend.achat(messages, self.sampling)).text
+        parsed = parse_json_object(raw, required=("response",))
+        if isinstance(parsed, JSONParseFailure):
+            # Counted as a parse failure; the session goes on with the raw text as the user's message.
+            return UserTurn(raw.strip() or "Can you go on?", draft_answer=self.draft, parse_failed=True)
+        data = parsed.data
+        response = str(data.get("response", "")).strip()
+        enforce = _as_bool(data.get("enforce_preferences"))
+        if not enforce:
+            self.draft = str(data.get("draft_answer") or self.draft).strip() or self.draft
+        terminate = not enforce and (_as_bool(data.get("should_terminate")) or TERMINATE in response)
+        return UserTurn(response or TERMINATE, enforce, self.draft, terminate, reasoning=str(data.get("reasoning", "")))
+
+    async def open(self) -> UserTurn:
+        turn = await self._ask([])
+        # Nothing to enforce or end before the agent has spoken.
+        return UserTurn(turn.response, draft_answer=self.draft, parse_failed=turn.parse_failed)
+
+    async def reply(self, turns: Sequence[Message]) -> UserTurn:
+        return await self._ask(turns)
+
+
+def _as_bool(value: object) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"true", "yes", "1"}
+    return bool(value)
+
+
+@dataclass(frozen=True)
+class LLMUserSimulator(UserSimulator):
+    backend: ChatBackend
+    sampling: SamplingParams
+
+    def start(self, profile: UserProfile, problem: Problem, max_turns: int) -> UserSession:
+        return LLMUserSession(profile, problem, max_turns, self.backend, self.sampling)

@@ -1,0 +1,129 @@
+"""`memrl eval collab` and `memrl collab ...` as users run them: real servers, real Ray actors, resumable output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MEMRL = [sys.executable, "-m", "memrl.cli"]
+
+
+def _memrl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    return subprocess.run([*MEMRL, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "sessions.jsonl").read_text().splitlines()]
+
+
+def test_preferences_lists_the_taxonomy() -> None:
+    result = _memrl("collab", "preferences", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 20
+    judge_only = {r["id"] for r in rows if not r["checkable"]}
+    assert judge_only == {"narrative", "intuitive"}
+    table = _memrl("collab", "preferences")
+    assert "three-sentences" in table.stdout
+    assert "judge-only" in table.stdout
+
+
+def test_check_prints_one_verdict(tmp_path: Path) -> None:
+    response = tmp_path / "r.txt"
+    response.write_text("One. Two. Three. Four.")
+    result = _memrl("collab", "check", "--preference", "three-sentences", "--response-file", str(response))
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["preference"] == "three-sentences"
+    assert verdict["verdict"] == "violated"
+    assert verdict["reason"]
+    response.write_text("Here is the plan. We split the cost. Key takeaways: share the bill.")
+    wound = _memrl("collab", "check", "--preference", "takeaways", "--response-file", str(response), "--winding-down")
+    assert json.loads(wound.stdout)["verdict"] == "satisfied"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["collab", "check", "--preference", "bulets", "--response-file", "x"], "did you mean 'bullets'"),
+        (["collab", "check", "--preference", "bullets", "--response-file", "/nonexistent"], "response file not found"),
+        (["eval", "collab", "--task", "mathh", "--out", "o"], "unknown task"),
+        (["eval", "collab", "--agent", "memroy", "--out", "o"], "agent"),
+        (["eval", "collab", "--simulator", "human", "--out", "o"], "simulator"),
+    ],
+)
+def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    result = _memrl(*[a.replace("o", str(tmp_path / "o")) if a == "o" else a for a in args])
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("memrl: error:")
+    assert message in lines[0]
+
+
+def test_unreachable_endpoint_fails_in_one_line(tmp_path: Path) -> None:
+    result = _memrl(
+        "eval", "collab", "--users", "1", "--sessions", "1", "--model", "m@http://127.0.0.1:9/v1", "--out",
+        str(tmp_path / "o"),
+    )  # fmt: skip
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("memrl: error: user ")
+    assert "unreachable" in last
+
+
+def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    base = ["eval", "collab", "--model", tiny_qwen2, "--users", "2", "--max-turns", "2", "--max-tokens", "16"]
+    first = _memrl(*base, "--sessions", "2", "--out", str(out))
+    assert first.returncode == 0, first.stderr[-2000:]
+    summary = json.loads(first.stdout)
+    assert summary["sessions"] == 4
+    assert summary["users"] == 2
+    records = _records(out)
+    assert sorted((r["user_id"], r["session"]) for r in records) == sorted(
+        (u, s) for u in {r["user_id"] for r in records} for s in (0, 1)
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"task_success", "user_effort", "length", "per_session"} <= metrics.keys()
+    assert len(metrics["per_session"]) == 2
+    assert (out / "sessions.png").stat().st_size > 1000
+    for r in records:  # each user's memory flows from one session into the next
+        if r["session"] == 1:
+            previous = next(p for p in records if p["user_id"] == r["user_id"] and p["session"] == 0)
+            assert r["notes_before"] == previous["notes_after"]
+
+    # A crash mid-write leaves a torn last line; the rerun drops it, keeps the rest and runs only what is missing.
+    with (out / "sessions.jsonl").open("a") as f:
+        f.write('{"key": "torn')
+    again = _memrl(*base, "--sessions", "3", "--out", str(out))
+    assert again.returncode == 0, again.stderr[-2000:]
+    after = _records(out)
+    assert after[:4] == records  # finished work untouched
+    assert len(after) == 6
+    assert len({r["key"] for r in after}) == 6
+    assert {r["session"] for r in after[4:]} == {2}
+
+
+def test_llm_simulator_against_a_local_transformers_serve(smollm2_server: Any, tmp_path: Path) -> None:
+    model = f"{smollm2_server.name}@{smollm2_server.url}"
+    out = tmp_path / "llm"
+    result = _memrl(
+        "eval", "collab", "--simulator", "llm", "--agent", "oracle", "--model", model, "--users", "1",
+        "--sessions", "1", "--max-turns", "2", "--max-tokens", "32", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    [record] = _records(out)
+    assert record["agent"] == "oracle"
+    assert 2 <= record["length"] <= 5
+    assert record["turns"][0]["role"] == "user"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sessions"] == 1
+    assert set(metrics["parse_failures"]) == {"agent", "user", "retrieval", "reflection"}

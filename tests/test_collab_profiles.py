@@ -1,0 +1,82 @@
+"""User profiles: seeded sampling, the original benchmark's file format, and disjoint train/eval users."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memrl.envs.collab.preferences import TAXONOMY, get_preference
+from memrl.envs.collab.profiles import (
+    UserProfile,
+    check_disjoint,
+    load_profiles,
+    sample_profiles,
+    save_profiles,
+    split_profiles,
+)
+from memrl.errors import ConfigError
+
+
+def test_sampling_is_seeded_and_uses_three_distinct_categories() -> None:
+    a, b, c = sample_profiles(50, 1), sample_profiles(50, 1), sample_profiles(50, 2)
+    assert a == b
+    assert a != c
+    for profile in a:
+        assert len({get_preference(p).category for p in profile.preferences}) == 3
+    assert len({p.id for p in a}) == 50
+    used = {pid for p in sample_profiles(200, 0) for pid in p.preferences}
+    assert used == set(TAXONOMY)  # every preference shows up in a large pool
+
+
+def test_split_is_disjoint_and_overlap_is_reported() -> None:
+    train, eval_ = split_profiles(sample_profiles(40, 3), 10, seed=3)
+    assert len(eval_) == 10
+    assert len(train) == 30
+    assert not {p.id for p in train} & {p.id for p in eval_}
+    clone = UserProfile("someone-else", train[0].persona, train[0].preferences)  # same user under a new id
+    with pytest.raises(ConfigError, match=r"overlap in 1 user\(s\)"):
+        check_disjoint(train, [clone, *eval_])
+
+
+def test_profile_rejects_unknown_ids_and_repeated_categories() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'bullets'"):
+        UserProfile("u", "p", ("direct", "polite", "bulets"))
+    with pytest.raises(ConfigError, match="distinct categories"):
+        UserProfile("u", "p", ("direct", "narrative", "polite"))
+
+
+def _original_sentence(pid: str) -> str:
+    """A sentence in the original benchmark's style: it carries the preference's distinctive phrase."""
+    return f"You like it when {TAXONOMY[pid].original_key} happens. Enforce otherwise."
+
+
+def test_loads_the_original_user_profiles_format(tmp_path: Path) -> None:
+    original = [
+        {
+            "i": 7,
+            "persona": "A beekeeper who teaches statistics",
+            "preferences": [_original_sentence(p) for p in ("blunt", "holistic", "tldr")],
+            "categories": ["politeness", "guidance", "habitual_strategies"],
+        }
+    ]
+    path = tmp_path / "user_profiles.json"
+    path.write_text(json.dumps(original))
+    [profile] = load_profiles(path)
+    assert profile == UserProfile("orig-7", "A beekeeper who teaches statistics", ("blunt", "holistic", "tldr"))
+
+
+def test_round_trip_and_bad_files(tmp_path: Path) -> None:
+    profiles = sample_profiles(3, 0)
+    save_profiles(profiles, tmp_path / "users.jsonl")
+    assert load_profiles(tmp_path / "users.jsonl") == profiles
+    with pytest.raises(ConfigError, match="not found"):
+        load_profiles(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("[{")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_profiles(tmp_path / "bad.json")
+    (tmp_path / "bad-pref.json").write_text(json.dumps([{"id": "u", "persona": "p", "preferences": ["x", "y", "z"]}]))
+    with pytest.raises(ConfigError, match="user profile 0: unknown preference 'x'") as info:
+        load_profiles(tmp_path / "bad-pref.json")
+    assert "\n" not in str(info.value)
