@@ -111,6 +111,10 @@ def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path
     assert len({r["key"] for r in after}) == 6
     assert {r["session"] for r in after[4:]} == {2}
 
+    other = _memrl(*base, "--sessions", "3", "--agent", "none", "--out", str(out))
+    assert other.returncode == 2
+    assert "holds a run with different agent" in other.stderr
+
 
 def test_llm_simulator_against_a_local_transformers_serve(smollm2_server: Any, tmp_path: Path) -> None:
     model = f"{smollm2_server.name}@{smollm2_server.url}"
