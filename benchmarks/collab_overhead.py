@@ -101,6 +101,7 @@ def _fixed_latency(
                 f.unlink()
         records = run_collab(cfg, run_dir, Console(stderr=True))
         calls = httpx2.get(f"{base}/stats").json()["served"]
+        ceiling = asyncio.run(_client_ceiling(f"{base}/v1", in_flight, calls))
     finally:
         server.terminate()
         server.wait()
@@ -116,7 +117,25 @@ def _fixed_latency(
         "sessions_per_second": round(actual, 3),
         "ideal_sessions_per_second": round(ideal, 3),
         "fraction_of_ideal": round(actual / ideal, 3),
+        # The bare client, same server, same requests in flight: the share of the ideal this machine allows.
+        "client_only_fraction_of_ideal": round(ceiling / (in_flight / latency), 3),
     }
+
+
+async def _client_ceiling(base_url: str, in_flight: int, calls: int) -> float:
+    """Calls per second of the bare OpenAI client against the same server: what this machine allows at all."""
+    from memrl.rollout.openai_http import OpenAIBackend
+
+    backend = OpenAIBackend(model="fixed", base_url=base_url, max_concurrency=in_flight)
+    messages: Conversation = [{"role": "user", "content": "hi"}]
+
+    async def chain() -> None:
+        for _ in range(calls // in_flight):
+            await backend.achat(messages)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(chain() for _ in range(in_flight)))
+    return (calls // in_flight) * in_flight / (time.perf_counter() - start)
 
 
 def main() -> None:

@@ -41,6 +41,17 @@ def pick_engine(engine: Engine) -> Literal["transformers", "vllm"]:
     return "vllm" if has_vllm and _cuda_available() else "transformers"
 
 
+def shared_server_args(engine: Literal["transformers", "vllm"]) -> tuple[str, ...]:
+    """Extra flags for a server that many concurrent clients share (vLLM batches on its own).
+
+    transformers serve batches only with continuous batching; on CPU it also runs bf16, which measured 2.5x
+    faster than fp32 for 4 concurrent SmolLM2 requests of ~800 prompt tokens on 2 cores.
+    """
+    if engine == "vllm":
+        return ()
+    return ("--continuous-batching",) if _cuda_available() else ("--continuous-batching", "--dtype", "bfloat16")
+
+
 def _cuda_available() -> bool:
     import torch
 

@@ -29,7 +29,7 @@ from memrl.jsonl import ResumableJsonl
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
-from memrl.rollout.serve import LocalServer, free_port, pick_engine
+from memrl.rollout.serve import LocalServer, free_port, pick_engine, shared_server_args
 from memrl.stages import progress
 
 SESSIONS_FILE = "sessions.jsonl"
@@ -93,7 +93,7 @@ def needed_roles(cfg: CollabEvalConfig) -> Roles:
 def serve_locally(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_worker: int) -> Roles:
     """Start one local server per distinct in-process model, so all workers share it and batch together.
 
-    On CPU that is `transformers serve` with continuous batching; with a GPU and vLLM, `vllm serve`.
+    On CPU that is `transformers serve` with continuous batching in bf16; with a GPU and vLLM, `vllm serve`.
     """
     served: dict[str, OpenAIModelConfig] = {}
 
@@ -104,7 +104,7 @@ def serve_locally(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_
             return cfg.model_copy(update={"max_concurrency": per_worker})
         assert isinstance(cfg, HFModelConfig | VLLMModelConfig)
         if cfg.model not in served:
-            extra = ("--continuous-batching",) if pick_engine("auto") == "transformers" else ()
+            extra = shared_server_args(pick_engine("auto"))
             log = log_dir / f"serve-{len(served)}.log"
             server = stack.enter_context(LocalServer(cfg.model, port=free_port(), log=log, extra_args=extra))
             served[cfg.model] = OpenAIModelConfig(
