@@ -22,7 +22,7 @@ from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import AnswerKind, Problem, get_task, load_problems, split_problems
 from memrl.envs.collab.profiles import UserProfile, load_profiles, sample_profiles, split_profiles
-from memrl.envs.collab.session import SessionSpec, run_session, session_key
+from memrl.envs.collab.session import SessionSpec, run_session
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
 from memrl.errors import MemrlError
 from memrl.jsonl import ResumableJsonl
@@ -74,7 +74,7 @@ def assign_problems(users: list[UserProfile], problems: list[Problem], sessions:
 class Roles:
     """The endpoint config of every model role a run needs (None: not needed)."""
 
-    agent: OpenAIModelConfig | ModelConfig
+    agent: ModelConfig
     reflector: ModelConfig | None
     user: ModelConfig | None
     judge: ModelConfig | None
@@ -245,5 +245,3 @@ def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[
                 submit(user_id, slots[user_id])
     return list(sink.records())
 
-
-__all__ = ["SESSIONS_FILE", "SessionRunner", "WorkerSpec", "run_collab", "session_key"]
