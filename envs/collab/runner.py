@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import random
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,17 @@ def _resume_state(sink: ResumableJsonl) -> dict[str, tuple[int, AgentMemory]]:
     return state
 
 
+def _probe_ray(address: str | None) -> None:
+    """Fail fast on a `host:port` where nothing listens: ray.init would keep retrying for minutes."""
+    if not address or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        raise MemrlError(f"cannot connect to the Ray cluster at {address}: {exc}") from exc
+
+
 def _cause(exc: BaseException) -> BaseException:
     return getattr(exc, "cause", None) or exc
 
@@ -210,7 +222,12 @@ def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[
         started_ray = not ray.is_initialized()
         if started_ray:
             env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TOKENIZERS_PARALLELISM": "false"}
-            ray.init(address=cfg.ray_address, include_dashboard=False, runtime_env={"env_vars": env})
+            _probe_ray(cfg.ray_address)
+            try:
+                ray.init(address=cfg.ray_address, include_dashboard=False, runtime_env={"env_vars": env})
+            except (ConnectionError, RuntimeError) as exc:
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise MemrlError(f"cannot connect to the Ray cluster at {cfg.ray_address}: {reason}") from exc
             stack.callback(ray.shutdown)
         worker_cls = _ray_worker_class().options(num_cpus=0, scheduling_strategy="SPREAD")
         workers = [worker_cls.remote(WorkerSpec(cfg, roles)) for _ in range(n_workers)]
@@ -244,4 +261,3 @@ def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[
             if index < cfg.sessions:
                 submit(user_id, slots[user_id])
     return list(sink.records())
-
