@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class MemrlError(Exception):
     """Base of every error whose message is meant for the user, not a traceback."""
@@ -17,3 +20,15 @@ class ModelNotFoundError(MemrlError):
 
 class BackendError(MemrlError):
     """An LLM backend could not answer: endpoint unreachable, timed out, or refused after retries."""
+
+
+def closest(word: str, options: Iterable[str], cutoff: float = 0.5) -> str | None:
+    """The option nearest to a mistyped `word`, for "did you mean ...?" hints."""
+    match = difflib.get_close_matches(word, list(options), n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message cut to its first line (the type name when it has none)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -6,7 +6,6 @@ Environment references stay references in the saved recipe, so secrets never rea
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 import re
 import types
@@ -21,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from memrl.config import Recipe
-from memrl.errors import ConfigError
+from memrl.errors import ConfigError, closest
 
 Key = str | int
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -279,8 +278,8 @@ def _union_member(node: Any, tag: Key) -> Any:
 
 
 def _closest(word: str, options: Iterable[str]) -> str:
-    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.5)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+    match = closest(word, options)
+    return f" (did you mean {match!r}?)" if match else ""
 
 
 def _set_if_present(data: Any, path: tuple[Key, ...], value: Any) -> None:

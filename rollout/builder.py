@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memrl import models
-from memrl.errors import ModelNotFoundError
+from memrl.errors import ModelNotFoundError, first_line
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 
@@ -18,8 +18,7 @@ def _hf(cfg: HFModelConfig) -> ChatBackend:
     try:
         return HFBackend(path, device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size)
     except OSError as exc:  # transformers raises OSError for a missing or unreachable model
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelNotFoundError(f"cannot load model {cfg.model!r}: {first}") from exc
+        raise ModelNotFoundError(f"cannot load model {cfg.model!r}: {first_line(exc)}") from exc
 
 
 def _openai(cfg: OpenAIModelConfig) -> ChatBackend:

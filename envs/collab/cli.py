@@ -108,6 +108,7 @@ def eval_collab(
 
     from memrl.envs.collab.config import CollabEvalConfig, model_from_spec
     from memrl.envs.collab.metrics import write_report
+    from memrl.envs.collab.problems import get_task
     from memrl.envs.collab.runner import run_collab
     from memrl.recipe import describe_error
 
@@ -137,8 +138,6 @@ def eval_collab(
             update={"agent": cfg.sampling.agent.model_copy(update={"max_tokens": max_tokens})}
         )
     cfg = cfg.model_copy(update=update)
-    from memrl.envs.collab.problems import get_task
-
     get_task(cfg.task)  # an unknown task fails here, before any model starts
     _check_resumable(out / "config.json", cfg)
     out.mkdir(parents=True, exist_ok=True)

@@ -6,12 +6,11 @@ original benchmark's sentence for that preference, so profiles written in the or
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from memrl.errors import ConfigError
+from memrl.errors import ConfigError, closest
 
 
 class Category(StrEnum):
@@ -237,8 +236,8 @@ TAXONOMY: dict[str, Preference] = {p.id: p for p in _ALL}
 
 
 def _unknown(kind: str, word: str, options: list[str]) -> ConfigError:
-    match = difflib.get_close_matches(word, options, n=1, cutoff=0.5)
-    hint = f"; did you mean {match[0]!r}?" if match else ""
+    match = closest(word, options)
+    hint = f"; did you mean {match!r}?" if match else ""
     return ConfigError(f"unknown {kind} {word!r}{hint} (see `memrl collab preferences`)")
 
 

@@ -6,7 +6,6 @@ hub dataset the benchmark sampled from, and turns them into one `Problem` shape 
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import random
@@ -17,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from memrl.errors import ConfigError
+from memrl.errors import ConfigError, closest
 
 
 class AnswerKind(StrEnum):
@@ -351,8 +350,8 @@ def get_task(name: str) -> TaskSpec:
     key = _ALIASES.get(key, key)
     if key in TASKS:
         return TASKS[key]
-    close = difflib.get_close_matches(key, [*TASKS, *_ALIASES], n=1)
-    hint = f"did you mean {_ALIASES.get(close[0], close[0])!r}? " if close else ""
+    close = closest(key, [*TASKS, *_ALIASES], cutoff=0.6)
+    hint = f"did you mean {_ALIASES.get(close, close)!r}? " if close else ""
     raise ConfigError(f"unknown task {name!r}; {hint}valid tasks: {', '.join(sorted(TASKS))}")
 
 

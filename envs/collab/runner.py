@@ -25,7 +25,7 @@ from memrl.envs.collab.problems import AnswerKind, Problem, get_task, load_probl
 from memrl.envs.collab.profiles import UserProfile, load_profiles, sample_profiles, split_profiles
 from memrl.envs.collab.session import SessionSpec, run_session
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
-from memrl.errors import MemrlError
+from memrl.errors import MemrlError, first_line
 from memrl.jsonl import ResumableJsonl
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
@@ -162,9 +162,6 @@ class SessionRunner:
         )
         return record
 
-    def usage(self) -> dict[str, dict[str, int]]:
-        return {b.name: b.usage.as_dict() for b in self._backends}
-
 
 def _ray_worker_class() -> Any:
     import ray
@@ -226,8 +223,7 @@ def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[
             try:
                 ray.init(address=cfg.ray_address, include_dashboard=False, runtime_env={"env_vars": env})
             except (ConnectionError, RuntimeError) as exc:
-                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                raise MemrlError(f"cannot connect to the Ray cluster at {cfg.ray_address}: {reason}") from exc
+                raise MemrlError(f"cannot connect to the Ray cluster at {cfg.ray_address}: {first_line(exc)}") from exc
             stack.callback(ray.shutdown)
         worker_cls = _ray_worker_class().options(num_cpus=0, scheduling_strategy="SPREAD")
         workers = [worker_cls.remote(WorkerSpec(cfg, roles)) for _ in range(n_workers)]
