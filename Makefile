@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 quickstart: setup
 	HF_HUB_OFFLINE=1 $(MEMRL) models pull smollm2 minilm
 	HF_HUB_OFFLINE=1 $(MEMRL) run quickstart
-	HF_HUB_OFFLINE=1 $(MEMRL) chat "In one sentence, what should an assistant remember about a user?"
+	$(PY) -c "import json; r = json.load(open('runs/quickstart/report.json')); print('held-out mean reward:', r['mean_reward'])"
 
 test: setup lint typecheck pytest
 

@@ -12,8 +12,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from memrl.data_cli import data_app
 from memrl.envs.collab.cli import collab_app, eval_collab
 from memrl.errors import MemrlError
+from memrl.reflector_cli import eval_reflector, export
+from memrl.reward_cli import reward_app
 
 app = typer.Typer(
     help="memrl: train the memory of long-term conversational agents with reinforcement learning.",
@@ -30,7 +33,11 @@ eval_app = typer.Typer(help="Evaluate agents in the simulated environments.", no
 app.add_typer(env_app, name="env")
 app.add_typer(collab_app, name="collab")
 app.add_typer(eval_app, name="eval")
+app.add_typer(data_app, name="data")
+app.add_typer(reward_app, name="reward")
 eval_app.command("collab")(eval_collab)
+eval_app.command("reflector")(eval_reflector)
+app.command("export")(export)
 
 console = Console(stderr=True)
 _debug = False
@@ -52,12 +59,18 @@ def run(
     recipe: Annotated[str, typer.Argument(help="bundled recipe name or path to a YAML file")],
     overrides: Overrides = None,
     stage: Annotated[list[str] | None, typer.Option("--stage", help="run only these stages (repeatable)")] = None,
+    smoke: Annotated[
+        bool, typer.Option("--smoke", help="apply the recipe's smoke overrides: tiny model, few steps")
+    ] = (False),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what each stage would run (verl: the command)")] = (
+        False
+    ),
 ) -> None:
-    """Run a recipe's stages in order; writes the resolved recipe next to the outputs."""
+    """Run a recipe's stages in order; writes the resolved recipe next to the outputs. A rerun resumes."""
     from memrl.recipe import load_recipe
     from memrl.stages import run_recipe
 
-    run_dir = run_recipe(load_recipe(recipe, overrides or []), console, only=stage)
+    run_dir = run_recipe(load_recipe(recipe, overrides or [], smoke=smoke), console, only=stage, dry_run=dry_run)
     console.print(f"done: {run_dir}")
 
 

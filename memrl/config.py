@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveInt, model_validator
 
+from memrl.envs.collab.config import CollabEvalConfig
+from memrl.rewards.config import RewardConfig
 from memrl.rollout.config import ModelConfig, SamplingConfig
 from memrl.schema import StrictModel
+from memrl.train.config import GRPOStage, SFTStage
 
 
 class LoggingConfig(StrictModel):
@@ -48,11 +51,66 @@ class GenerateStage(StrictModel):
         return self
 
 
-StageConfig = Annotated[PullModelsStage | GenerateStage, Field(discriminator="kind")]
+class ReflectionDataStage(StrictModel):
+    """Collab sessions (train and eval users, disjoint) -> reflection datasets in every trainer's format."""
+
+    kind: Literal["reflection_data"]
+    collab: CollabEvalConfig = Field(
+        default_factory=CollabEvalConfig, description="how sessions are generated; `users` and `split` are set here"
+    )
+    train_users: PositiveInt = 16
+    eval_users: PositiveInt = 8
+    gold: Literal["composed", "teacher"] = Field(
+        default="composed", description="composed from the enforced preferences, or the run's own reflector"
+    )
+    train_sessions: list[Path] = Field(default_factory=list, description="use these sessions.jsonl, run nothing")
+    eval_sessions: list[Path] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> ReflectionDataStage:
+        if bool(self.train_sessions) != bool(self.eval_sessions):
+            raise ValueError("give both `train_sessions` and `eval_sessions`, or neither")
+        return self
+
+
+class ExportStage(StrictModel):
+    """A checkpoint -> a standalone HF model folder (LoRA merged, tokenizer, model card)."""
+
+    kind: Literal["export"]
+    checkpoint: str = Field(description="a training stage of this recipe, or a checkpoint folder")
+
+
+class OnlineCheck(StrictModel):
+    """Plug each reflector into a collab evaluation and compare it with the first model listed."""
+
+    collab: CollabEvalConfig = Field(default_factory=CollabEvalConfig)
+
+
+class EvalReflectorStage(StrictModel):
+    """Held-out reward of each model (base, SFT, GRPO, ...) on the eval split; writes the run's report.json."""
+
+    kind: Literal["eval_reflector"]
+    data: str = Field(description="a reflection_data stage of this recipe, or a dataset folder it wrote")
+    models: dict[str, str] = Field(
+        min_length=1, description="label -> a recipe model key, a stage of this recipe, or a model folder"
+    )
+    reward: RewardConfig = RewardConfig()
+    sampling: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=256)
+    max_samples: PositiveInt | None = None
+    online: OnlineCheck | None = None
+
+
+StageConfig = Annotated[
+    PullModelsStage | GenerateStage | ReflectionDataStage | SFTStage | GRPOStage | ExportStage | EvalReflectorStage,
+    Field(discriminator="kind"),
+]
 
 
 class Recipe(StrictModel):
     name: str
+    smoke: list[str] = Field(
+        default_factory=list, description="overrides `memrl run --smoke` applies: a tiny model, a few steps"
+    )
     description: str = ""
     seed: int = 0
     output_dir: Path | None = Field(default=None, description="defaults to runs/<name>")
@@ -71,4 +129,10 @@ class Recipe(StrictModel):
             if ref is not None and ref not in self.models:
                 have = ", ".join(self.models) or "none"
                 raise ValueError(f"stages.{stage_name}.model: {ref!r} is not a key of `models` (have: {have})")
+        order = list(self.stages)
+        for stage_name, stage in self.stages.items():
+            for key in ("data", "init", "checkpoint"):
+                ref = getattr(stage, key, None)
+                if ref in self.stages and order.index(ref) >= order.index(stage_name):
+                    raise ValueError(f"stages.{stage_name}.{key}: stage {ref!r} does not run before {stage_name!r}")
         return self

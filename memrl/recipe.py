@@ -179,9 +179,16 @@ def interpolate(data: Any, path: tuple[Key, ...] = ()) -> tuple[Any, dict[tuple[
     return data, templates
 
 
-def load_recipe(ref: str | Path, overrides: Sequence[str] = ()) -> LoadedRecipe:
+def load_recipe(ref: str | Path, overrides: Sequence[str] = (), smoke: bool = False) -> LoadedRecipe:
+    """`smoke` applies the recipe's own `smoke` overrides first (a tiny model, a few steps), then the caller's."""
     source = find_recipe(str(ref))
-    raw = apply_overrides(compose(source), overrides)
+    raw = compose(source)
+    if smoke:
+        smoke_overrides = raw.get("smoke") or []
+        if not smoke_overrides:
+            raise ConfigError(f"recipe {source.name} defines no `smoke` overrides")
+        raw = apply_overrides(raw, [str(o) for o in smoke_overrides])
+    raw = apply_overrides(raw, overrides)
     data, templates = interpolate(raw)
     try:
         recipe = Recipe.model_validate(data)

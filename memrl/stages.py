@@ -6,53 +6,32 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from memrl import models
-from memrl.config import GenerateStage, PullModelsStage, Recipe
+from memrl.config import (
+    EvalReflectorStage,
+    ExportStage,
+    GenerateStage,
+    PullModelsStage,
+    ReflectionDataStage,
+)
+from memrl.context import RunContext, progress
 from memrl.errors import ConfigError
 from memrl.jsonl import ResumableJsonl
 from memrl.recipe import LoadedRecipe
-from memrl.rollout.base import ChatBackend, Message
-from memrl.rollout.builder import build_backend
-
-
-@dataclass
-class RunContext:
-    recipe: Recipe
-    run_dir: Path
-    console: Console
-    _backends: dict[str, ChatBackend] = field(default_factory=dict)
-
-    def backend(self, name: str) -> ChatBackend:
-        """The recipe's model `name`, built once per run."""
-        if name not in self._backends:
-            self._backends[name] = build_backend(self.recipe.models[name])
-        return self._backends[name]
-
-    def close(self) -> None:
-        for backend in self._backends.values():
-            backend.close()
-        self._backends.clear()
-
-
-def progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
+from memrl.rollout.base import Message
+from memrl.train import stages as pipeline
+from memrl.train.config import GRPOStage, SFTStage
 
 
 def run_pull_models(stage: PullModelsStage, ctx: RunContext, name: str) -> None:
+    if ctx.dry_run:
+        ctx.console.print(f"{name}: memrl models pull {' '.join(stage.models)}")
+        return
     for model in stage.models:
         with ctx.console.status(f"preparing {model}"):
             path = models.pull(model)
@@ -84,6 +63,9 @@ def _prompt_key(system: str | None, prompt: str) -> str:
 
 
 def run_generate(stage: GenerateStage, ctx: RunContext, name: str) -> None:
+    if ctx.dry_run:
+        ctx.console.print(f"{name}: {len(_read_prompts(stage))} prompts to model {stage.model!r}")
+        return
     out = ResumableJsonl(ctx.run_dir / name / stage.output)
     todo = [p for p in _read_prompts(stage) if _prompt_key(stage.system, p) not in out.done]
     backend = ctx.backend(stage.model)
@@ -117,21 +99,29 @@ def _conversation(system: str | None, prompt: str) -> list[Message]:
 RUNNERS: dict[type[Any], Callable[[Any, RunContext, str], None]] = {
     PullModelsStage: run_pull_models,
     GenerateStage: run_generate,
+    ReflectionDataStage: pipeline.run_reflection_data,
+    SFTStage: pipeline.run_sft,
+    GRPOStage: pipeline.run_grpo,
+    ExportStage: pipeline.run_export,
+    EvalReflectorStage: pipeline.run_eval_reflector,
 }
 
 
-def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = None) -> Path:
+def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = None, dry_run: bool = False) -> Path:
     """Run the selected stages (all by default) in recipe order; returns the run folder."""
     recipe = loaded.recipe
     unknown = sorted(set(only or []) - set(recipe.stages))
     if unknown:
         raise ConfigError(f"no stage named {unknown[0]!r} in recipe {recipe.name!r} (have: {', '.join(recipe.stages)})")
-    run_dir = recipe.run_dir
-    saved = loaded.save(run_dir)
-    console.print(f"run {recipe.name!r}: resolved recipe written to {saved}")
+    run_dir = recipe.run_dir.resolve()
+    if dry_run:
+        console.print(f"run {recipe.name!r} (dry run: nothing is trained or written)")
+    else:
+        saved = loaded.save(run_dir)
+        console.print(f"run {recipe.name!r}: resolved recipe written to {saved}")
     # wandb stays offline unless the recipe or the caller's environment says otherwise.
     os.environ.setdefault("WANDB_MODE", recipe.logging.mode)
-    ctx = RunContext(recipe, run_dir, console)
+    ctx = RunContext(recipe, run_dir, console, dry_run=dry_run)
     try:
         for name, stage in recipe.stages.items():
             if only and name not in only:

@@ -61,3 +61,12 @@ def parse_json_object(text: str, required: Iterable[str] = ()) -> JSONResult:
     if missing:
         return JSONParseFailure(f"JSON object lacks required keys: {', '.join(missing)}", text)
     return ParsedJSON(data, repaired)
+
+
+def field_text(value: object) -> str:
+    """A JSON field as text. Small models return notes as lists or objects: keep their content, one item a line."""
+    if isinstance(value, list):
+        return "\n".join(f"- {field_text(v)}" for v in value)
+    if isinstance(value, dict):
+        return "\n".join(f"{k}: {field_text(v)}" for k, v in value.items())
+    return "" if value is None else str(value)

@@ -130,7 +130,13 @@ class LocalServer:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # start_new_session: Ctrl-C in the terminal reaches us, and we stop the server deliberately.
         self.process = subprocess.Popen(
-            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            argv,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         self.wait_ready(ready_timeout)
         return self
@@ -179,3 +185,12 @@ class LocalServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL the server when the process that started it dies, even by SIGKILL (no orphan eats the CPU)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)

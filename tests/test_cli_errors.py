@@ -29,12 +29,12 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: 
 
 def test_recipe_with_a_typo(tmp_path: Path) -> None:
     typo = tmp_path / "typo.yaml"
-    typo.write_text("extends: quickstart\nname: typo\nstages:\n  generate:\n    sampling:\n      max_tokns: 3\n")
+    typo.write_text("extends: generate\nname: typo\nstages:\n  generate:\n    sampling:\n      max_tokns: 3\n")
     assert_one_line_error(memrl("recipes", "show", str(typo)), "max_tokns", "did you mean 'max_tokens'")
 
 
 def test_debug_shows_the_traceback() -> None:
-    result = memrl("--debug", "recipes", "show", "quickstart", "seed=x")
+    result = memrl("--debug", "recipes", "show", "generate", "seed=x")
     assert result.returncode != 0
     assert "Traceback" in result.stderr and "ConfigError" in result.stderr
 
@@ -43,10 +43,10 @@ def test_debug_shows_the_traceback() -> None:
     ("args", "fragments"),
     [
         (("recipes", "show", "no-such-recipe"), ("not found",)),
-        (("run", "quickstart", "stages.generate.model=ghost"), ("'ghost' is not a key",)),
+        (("run", "generate", "stages.generate.model=ghost"), ("'ghost' is not a key",)),
         (("models", "pull", "gpt-17"), ("unknown model 'gpt-17'", "smollm2-135m-instruct")),
         (("chat", "--model", "/no/such/model/dir", "hi"), ("is not an embedded model",)),
-        (("run", "quickstart", "--stage", "train"), ("no stage named 'train'",)),
+        (("run", "generate", "--stage", "train"), ("no stage named 'train'",)),
         (("serve", "--engine", "tgi"), ("--engine must be",)),
     ],
 )
@@ -66,7 +66,7 @@ def test_unreachable_endpoint_is_one_line() -> None:
 def test_vllm_backend_without_vllm_is_one_line(tmp_path: Path) -> None:
     recipe = tmp_path / "v.yaml"
     recipe.write_text(
-        "extends: quickstart\nname: v\nmodels:\n  policy:\n    backend: vllm\n    model: tiny-qwen2\n"
+        "extends: generate\nname: v\nmodels:\n  policy:\n    backend: vllm\n    model: tiny-qwen2\n"
         "stages:\n  pull:\n    models: [tiny-qwen2]\n"
     )
     result = memrl("run", str(recipe), f"output_dir={tmp_path / 'out'}", "--stage", "generate", cwd=tmp_path)

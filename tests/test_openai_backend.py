@@ -150,3 +150,26 @@ def test_serve_cli_starts_answers_and_stops_on_ctrl_c(tiny_qwen2: str) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_server_dies_with_the_process_that_started_it(tiny_qwen2: str, tmp_path: Path) -> None:
+    """A memrl run killed with SIGKILL must not leave its model server eating the CPU."""
+    script = tmp_path / "start_and_die.py"
+    script.write_text(
+        "import os\n"
+        "from memrl.rollout.serve import LocalServer, free_port\n"
+        "server = LocalServer('tiny-qwen2', port=free_port(), engine='transformers').start()\n"
+        "print(server.process.pid, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    server_pid = int(result.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(server_pid, 9)
+    raise AssertionError("the server outlived its parent")

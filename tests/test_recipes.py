@@ -17,7 +17,9 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_every_bundled_recipe_validates() -> None:
-    assert {"base", "quickstart", "endpoint"} <= set(bundled_recipes())
+    assert {"base", "quickstart", "generate", "endpoint", "reflector-qwen2.5-7b", "reflector-llama3.1-8b"} <= set(
+        bundled_recipes()
+    )
     for name in bundled_recipes():
         load_recipe(name)
 
@@ -25,14 +27,14 @@ def test_every_bundled_recipe_validates() -> None:
 def test_extends_merges_deeply_and_child_wins(tmp_path: Path) -> None:
     write(
         tmp_path / "parent.yaml",
-        "extends: quickstart\nname: parent\nstages:\n  generate:\n    sampling:\n      max_tokens: 7\n",
+        "extends: generate\nname: parent\nstages:\n  generate:\n    sampling:\n      max_tokens: 7\n",
     )
     child = write(tmp_path / "child.yaml", "extends: parent.yaml\nname: child\nseed: 3\n")
     recipe = load_recipe(child).recipe
     stage = recipe.stages["generate"]
     assert isinstance(stage, GenerateStage)
     assert (recipe.name, recipe.seed, stage.sampling.max_tokens) == ("child", 3, 7)
-    assert stage.system == "You are a concise assistant."  # inherited from quickstart through parent
+    assert stage.system == "You are a concise assistant."  # inherited from generate through parent
     assert list(recipe.stages) == ["pull", "generate"]
 
 
@@ -45,7 +47,7 @@ def test_extends_cycle_is_reported(tmp_path: Path) -> None:
 
 def test_dotted_overrides_parse_yaml_values() -> None:
     recipe = load_recipe(
-        "quickstart",
+        "generate",
         ["seed=7", "stages.generate.sampling.temperature=0.5", "stages.generate.sampling.stop=[END, '###']"],
     ).recipe
     stage = recipe.stages["generate"]
@@ -57,7 +59,7 @@ def test_dotted_overrides_parse_yaml_values() -> None:
 
 def test_unknown_key_names_it_and_the_closest_valid_key() -> None:
     with pytest.raises(ConfigError) as err:
-        load_recipe("quickstart", ["stages.generate.sampling.temprature=0.2"])
+        load_recipe("generate", ["stages.generate.sampling.temprature=0.2"])
     message = str(err.value)
     assert "unknown key 'stages.generate.sampling.temprature'" in message
     assert "did you mean 'temperature'" in message
@@ -71,7 +73,7 @@ def test_unknown_key_inside_a_discriminated_model(tmp_path: Path) -> None:
 
 def test_wrong_type_names_key_and_expected_type() -> None:
     with pytest.raises(ConfigError) as err:
-        load_recipe("quickstart", ["stages.generate.sampling.max_tokens=many"])
+        load_recipe("generate", ["stages.generate.sampling.max_tokens=many"])
     assert "stages.generate.sampling.max_tokens: expected a valid integer" in str(err.value)
     assert "'many'" in str(err.value)
 
@@ -80,16 +82,16 @@ def test_wrong_backend_tag_and_missing_key() -> None:
     with pytest.raises(
         ConfigError, match=r"models\.policy\.backend: expected one of 'hf', 'openai', 'vllm', got 'tgi'"
     ):
-        load_recipe("quickstart", ["models.policy.backend=tgi"])
+        load_recipe("generate", ["models.policy.backend=tgi"])
     with pytest.raises(ConfigError, match=r"required key 'models\.judge\.model' is missing"):
-        load_recipe("quickstart", ["models.judge.backend=hf"])
+        load_recipe("generate", ["models.judge.backend=hf"])
     with pytest.raises(ConfigError, match=r"required key 'models\.judge\.backend' is missing"):
-        load_recipe("quickstart", ["models.judge.model=tiny-qwen2"])
+        load_recipe("generate", ["models.judge.model=tiny-qwen2"])
 
 
 def test_stage_must_reference_a_defined_model() -> None:
     with pytest.raises(ConfigError, match="'judge' is not a key of `models`"):
-        load_recipe("quickstart", ["stages.generate.model=judge"])
+        load_recipe("generate", ["stages.generate.model=judge"])
 
 
 def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
@@ -100,7 +102,7 @@ def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
 
 def test_malformed_override_and_unknown_recipe() -> None:
     with pytest.raises(ConfigError, match=r"not of the form dotted\.key=value"):
-        load_recipe("quickstart", ["seed"])
+        load_recipe("generate", ["seed"])
     with pytest.raises(ConfigError, match="did you mean 'quickstart'"):
         load_recipe("quickstrat")
 
@@ -118,7 +120,7 @@ def test_env_interpolation_defaults_and_missing(monkeypatch: pytest.MonkeyPatch)
 
 def test_whole_value_env_reference_takes_the_fields_type(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMRL_SEED", "11")
-    assert load_recipe("quickstart", ["seed=${MEMRL_SEED}"]).recipe.seed == 11
+    assert load_recipe("generate", ["seed=${MEMRL_SEED}"]).recipe.seed == 11
 
 
 def test_saved_recipe_keeps_references_never_secrets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ def rows(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_quickstart_on_smollm2(smollm2: str, tmp_path: Path) -> None:
-    result = memrl_run("quickstart", f"output_dir={tmp_path}", cwd=tmp_path)
+def test_generate_on_smollm2(smollm2: str, tmp_path: Path) -> None:
+    result = memrl_run("generate", f"output_dir={tmp_path}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = rows(tmp_path / "generate" / "generations.jsonl")
     assert len(out) == 2 and all(len(str(r["completion"]).split()) >= 3 for r in out)
@@ -34,7 +34,7 @@ def test_rerun_resumes_without_duplicates(tiny_qwen2: str, tmp_path: Path) -> No
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(5)))
     args = (
-        "quickstart",
+        "generate",
         "models.policy.model=tiny-qwen2",
         "stages.pull.models=[tiny-qwen2]",
         "stages.generate.prompts=[]",
@@ -66,7 +66,7 @@ def test_bad_prompts_file_is_one_line(tiny_qwen2: str, tmp_path: Path) -> None:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "ok"}\n{"text": "no prompt key"}\n')
     result = memrl_run(
-        "quickstart",
+        "generate",
         "models.policy.model=tiny-qwen2",
         "--stage",
         "generate",

@@ -22,7 +22,7 @@ from memrl.envs.collab.prompts import (
     retrieval_messages,
 )
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
-from memrl.rollout.json_output import JSONParseFailure, parse_json_object
+from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
 
 RETRIEVAL_SAMPLING = SamplingParams(temperature=0.0, max_tokens=192)
 
@@ -79,17 +79,8 @@ class Reflector:
         if isinstance(parsed, JSONParseFailure):
             return Reflection(notes, raw=raw, parse_failed=True)  # keep the old notes rather than lose them
         data = parsed.data
-        updated = _text(data.get("agent_notes")).strip() or notes
-        return Reflection(updated, _text(data.get("user_preferences_reasoning")), raw)
-
-
-def _text(value: object) -> str:
-    """Small models sometimes return notes as a list or object: flatten instead of failing."""
-    if isinstance(value, list):
-        return "\n".join(f"- {_text(v)}" for v in value)
-    if isinstance(value, dict):
-        return "\n".join(f"{k}: {_text(v)}" for k, v in value.items())
-    return "" if value is None else str(value)
+        updated = field_text(data.get("agent_notes")).strip() or notes
+        return Reflection(updated, field_text(data.get("user_preferences_reasoning")), raw)
 
 
 def _oracle(profile: UserProfile, memory: AgentMemory) -> str:
@@ -132,7 +123,7 @@ class CollabAgent:
         parsed = parse_json_object(raw, required=("relevant_notes",))
         if isinstance(parsed, JSONParseFailure):
             return notes, True
-        return _text(parsed.data["relevant_notes"]).strip() or notes, False
+        return field_text(parsed.data["relevant_notes"]).strip() or notes, False
 
     async def reply(self, profile: UserProfile, memory: AgentMemory, turns: Sequence[Message]) -> AgentReply:
         section, knowledge = _KNOWLEDGE[self.kind]
@@ -147,7 +138,7 @@ class CollabAgent:
         if isinstance(parsed, JSONParseFailure):
             # Counted, and the raw text is what the user reads: a run never stops on one bad reply.
             return AgentReply(raw.strip(), True, retrieved, retrieval_failed)
-        response = _text(parsed.data["response"]).strip() or raw.strip()
+        response = field_text(parsed.data["response"]).strip() or raw.strip()
         return AgentReply(response, False, retrieved, retrieval_failed)
 
     async def end_session(self, memory: AgentMemory, turns: Sequence[Message]) -> tuple[AgentMemory, Reflection | None]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -142,8 +144,9 @@ def eval_collab(
     _check_resumable(out / "config.json", cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(cfg.model_dump_json(indent=2) + "\n")
-    records = run_collab(cfg, out, console)
-    metrics = write_report(records, out)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary JSON
+        records = run_collab(cfg, out, console)
+        metrics = write_report(records, out)
     summary = {k: metrics.get(k) for k in ("task_success", "user_effort", "length", "sessions", "users")}
     typer.echo(json.dumps(summary))
     console.print(f"wrote {out / 'sessions.jsonl'}, {out / 'metrics.json'}, {out / 'sessions.png'}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
+from memrl.context import progress
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
@@ -31,7 +32,6 @@ from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 from memrl.rollout.serve import LocalServer, free_port, pick_engine, shared_server_args
-from memrl.stages import progress
 
 SESSIONS_FILE = "sessions.jsonl"
 PROFILE_POOL = 200  # sampled users; train and eval are disjoint slices of this pool

@@ -1,0 +1,229 @@
+"""Reflection training data from collab session records (`sessions.jsonl` of `memrl eval collab`).
+
+One record per session that has something to learn (an enforcing utterance) or something to keep (notes before).
+The gold reflection is either composed offline from the rule simulator's labels (`composed`) or taken from the
+run's own reflector, a strong teacher (`teacher`). Train and eval must share no user and no problem.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from memrl.data_gen.gold import NOTES, compose_notes, compose_reasoning, gold_json
+from memrl.data_gen.records import ReflectionRecord
+from memrl.data_gen.writers import Stats, write_dataset
+from memrl.envs.collab.prompts import REFLECTION_KEYS, reflection_messages
+from memrl.errors import ConfigError
+from memrl.rollout.base import Message
+from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
+
+__all__ = [
+    "GoldSource",
+    "ReflectionRecord",
+    "SkipCounts",
+    "Skipped",
+    "Stats",
+    "build_from_sessions",
+    "build_records",
+    "check_disjoint",
+    "load_sessions",
+    "write_dataset",
+]
+
+GoldSource = Literal["composed", "teacher"]
+REQUIRED_KEYS = ("user_id", "session", "problem_id", "task", "preferences", "turns")
+
+
+@dataclass
+class SkipCounts:
+    """Sessions that produced no record, by reason."""
+
+    nothing_to_learn: int = 0  # no enforcing utterance and no notes before
+    unlabelled: int = 0  # composed: the user enforced, but the turns carry no `violated` ids (not a rule user)
+    teacher_unparsed: int = 0  # teacher: the run's reflection is missing, unparsable, or has empty notes
+
+    @property
+    def total(self) -> int:
+        return self.nothing_to_learn + self.unlabelled + self.teacher_unparsed
+
+    def to_dict(self) -> dict[str, int]:
+        return {**asdict(self), "total": self.total}
+
+
+@dataclass
+class Skipped:
+    train: SkipCounts = field(default_factory=SkipCounts)
+    eval: SkipCounts = field(default_factory=SkipCounts)
+
+    @property
+    def total(self) -> int:
+        return self.train.total + self.eval.total
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        return {"train": self.train.to_dict(), "eval": self.eval.to_dict()}
+
+
+# --- loading ------------------------------------------------------------------------------------------------------
+
+
+def load_sessions(path: str | Path) -> list[dict[str, Any]]:
+    """The session records of one `sessions.jsonl`; ConfigError naming file:line on anything malformed."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sessions file not found: {path}")
+    records = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(record, dict):
+                raise ConfigError(f"{path}:{number}: expected a session record (JSON object)")
+            missing = [k for k in REQUIRED_KEYS if k not in record]
+            if missing:
+                raise ConfigError(f"{path}:{number}: session record lacks {', '.join(missing)}")
+            records.append(record)
+    return records
+
+
+# --- what one session teaches -------------------------------------------------------------------------------------
+
+
+def _name(record: dict[str, Any]) -> str:
+    return f"{record.get('user_id')}/s{record.get('session')}"
+
+
+def _conversation(record: dict[str, Any]) -> tuple[Message, ...]:
+    return tuple(Message(role=t["role"], content=t["content"]) for t in record["turns"])
+
+
+def _enforcements(record: dict[str, Any]) -> tuple[str, ...]:
+    if "enforcing_utterances" in record:
+        return tuple(record["enforcing_utterances"])
+    return tuple(t["content"] for t in record["turns"] if t["role"] == "user" and t.get("enforce"))
+
+
+def _enforced_ids(record: dict[str, Any]) -> tuple[str, ...]:
+    """Preference ids named in the `violated` lists of enforcing user turns, first occurrence first."""
+    seen: dict[str, None] = {}
+    for turn in record["turns"]:
+        if turn["role"] == "user" and turn.get("enforce"):
+            for pid in turn.get("violated") or ():
+                if pid not in NOTES:
+                    raise ConfigError(f"session {_name(record)}: unknown preference id {pid!r} in a violated list")
+                seen.setdefault(pid, None)
+    return tuple(seen)
+
+
+def _teacher_gold(record: dict[str, Any]) -> tuple[str, str] | None:
+    """(reasoning, notes) of the run's own reflection, or None when there is no usable one."""
+    reasoning_key, notes_key = REFLECTION_KEYS
+    parsed = parse_json_object(record.get("reflection_raw") or "", required=(notes_key,))
+    if isinstance(parsed, JSONParseFailure):
+        return None
+    notes = field_text(parsed.data.get(notes_key)).strip()
+    if not notes:  # the agent would have kept its old notes: there is no teacher target here
+        return None
+    return field_text(parsed.data.get(reasoning_key)).strip(), notes
+
+
+def _by_user(sessions: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    users: dict[str, list[dict[str, Any]]] = {}
+    seen: set[tuple[str, int]] = set()
+    for record in sessions:
+        missing = [k for k in REQUIRED_KEYS if k not in record]
+        if missing:
+            raise ConfigError(f"session {_name(record)}: record lacks {', '.join(missing)}")
+        if isinstance(record["session"], bool) or not isinstance(record["session"], int):
+            raise ConfigError(f"session {_name(record)}: `session` must be an integer index")
+        ident = (str(record["user_id"]), record["session"])
+        if ident in seen:
+            raise ConfigError(f"session {_name(record)} appears twice in the input")
+        seen.add(ident)
+        users.setdefault(ident[0], []).append(record)
+    for records in users.values():
+        records.sort(key=lambda r: r["session"])
+    return users
+
+
+def build_records(
+    sessions: Iterable[dict[str, Any]], gold: GoldSource = "composed"
+) -> tuple[list[ReflectionRecord], SkipCounts]:
+    """Reflection records of one split, users in first-seen order and each user's sessions by index."""
+    if gold not in ("composed", "teacher"):
+        raise ConfigError(f"unknown gold source {gold!r}: use composed or teacher")
+    records: list[ReflectionRecord] = []
+    skipped = SkipCounts()
+    for user_id, user_sessions in _by_user(sessions).items():
+        expected: tuple[str, ...] = ()  # ids enforced so far, in first-enforced order
+        for record in user_sessions:
+            carried, enforced = expected, _enforced_ids(record)
+            expected = carried + tuple(pid for pid in enforced if pid not in carried)
+            enforcements = _enforcements(record)
+            # composed: the chain restarts at the user's first session; each step adds what was enforced
+            notes_before = compose_notes(carried) if gold == "composed" else str(record.get("notes_before") or "")
+            if not enforcements and not notes_before.strip():
+                skipped.nothing_to_learn += 1
+                continue
+            if gold == "composed":
+                if enforcements and not enforced:
+                    skipped.unlabelled += 1
+                    continue
+                reasoning, notes = compose_reasoning(enforced, carried), compose_notes(expected)
+            else:
+                teacher = _teacher_gold(record)
+                if teacher is None:
+                    skipped.teacher_unparsed += 1
+                    continue
+                reasoning, notes = teacher
+            conversation = _conversation(record)
+            session = int(record["session"])
+            records.append(
+                ReflectionRecord(
+                    key=f"{user_id}/s{session}",
+                    user_id=user_id,
+                    problem_id=str(record["problem_id"]),
+                    session=session,
+                    task=str(record["task"]),
+                    preferences=tuple(record["preferences"]),
+                    enforced=enforced,
+                    expected=expected,
+                    enforcements=enforcements,
+                    notes_before=notes_before,
+                    conversation=conversation,
+                    prompt=tuple(reflection_messages(notes_before, conversation)),
+                    gold_reasoning=reasoning,
+                    gold_notes=notes,
+                    gold=gold_json(reasoning, notes),
+                )
+            )
+    return records, skipped
+
+
+def check_disjoint(train: Sequence[ReflectionRecord], eval_: Sequence[ReflectionRecord]) -> None:
+    """ConfigError (one line, one example) when train and eval share a user or a problem."""
+    for what, attr in (("user", "user_id"), ("problem", "problem_id")):
+        train_values = {getattr(r, attr) for r in train}
+        shared = sorted({getattr(r, attr) for r in eval_} & train_values)
+        if shared:
+            raise ConfigError(
+                f"train and eval share {len(shared)} {what}(s), e.g. {shared[0]!r}: "
+                "generate them from disjoint splits (collab `split: train|eval`)"
+            )
+
+
+def build_from_sessions(
+    train_sessions: Sequence[dict[str, Any]], eval_sessions: Sequence[dict[str, Any]], gold: GoldSource = "composed"
+) -> tuple[list[ReflectionRecord], list[ReflectionRecord], Skipped]:
+    """Train and eval records from the session records of disjoint collab runs (checked)."""
+    train, train_skipped = build_records(train_sessions, gold)
+    eval_, eval_skipped = build_records(eval_sessions, gold)
+    check_disjoint(train, eval_)
+    return train, eval_, Skipped(train_skipped, eval_skipped)

@@ -1,0 +1,59 @@
+"""`memrl data ...`: build training datasets from environment runs. Heavy imports stay inside the commands."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+data_app = typer.Typer(help="Build training datasets from environment runs.", no_args_is_help=True)
+
+
+class Gold(StrEnum):
+    COMPOSED = "composed"
+    TEACHER = "teacher"
+
+
+@data_app.callback()
+def _data() -> None:
+    """Keep `reflection` a subcommand even while it is the only one."""
+
+
+@data_app.command("reflection")
+def reflection(
+    train_sessions: Annotated[
+        list[Path], typer.Option("--train-sessions", help="sessions.jsonl of a collab run on train users (repeatable)")
+    ],
+    eval_sessions: Annotated[
+        list[Path], typer.Option("--eval-sessions", help="sessions.jsonl of a collab run on eval users (repeatable)")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="output folder (train/eval JSONL, sft/, rl/, llamafactory/)")],
+    gold: Annotated[
+        Gold, typer.Option("--gold", help="composed: from the rule user's labels; teacher: the run's own reflector")
+    ] = Gold.COMPOSED,
+) -> None:
+    """Reflection SFT/RL data from collab sessions; train and eval must share no user and no problem."""
+    from memrl.data_gen.reflection import build_from_sessions, load_sessions, write_dataset
+    from memrl.errors import ConfigError
+
+    train_records = [s for path in train_sessions for s in load_sessions(path)]
+    eval_records = [s for path in eval_sessions for s in load_sessions(path)]
+    if not train_records:
+        raise ConfigError(f"no session records in {', '.join(map(str, train_sessions))}")
+    train, eval_, skipped = build_from_sessions(train_records, eval_records, gold.value)
+    if not train:
+        why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in skipped.train.to_dict().items() if v and k != "total")
+        raise ConfigError(f"no training records: all {len(train_records)} train sessions were skipped ({why})")
+    stats = write_dataset(train, eval_, out, skipped)
+    for split, s in (("train", stats.train), ("eval", stats.eval)):
+        skips = s.skipped
+        typer.echo(
+            f"{split}: {s.records} records, {s.users} users, {s.problems} problems, {s.with_enforcement} with "
+            f"enforcement; skipped {skips['total']} (nothing to learn {skips['nothing_to_learn']}, unlabelled "
+            f"{skips['unlabelled']}, teacher unparsed {skips['teacher_unparsed']})"
+        )
+    histogram = ", ".join(f"{pid} {n}" for pid, n in stats.train.enforced.items()) or "none"
+    typer.echo(f"enforced in train: {histogram}")
+    typer.echo(f"wrote {out}")

@@ -1,0 +1,92 @@
+"""`memrl export` and `memrl eval reflector`: ship a trained reflector and measure it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from memrl.errors import ConfigError
+
+console = Console(stderr=True)
+
+
+def export(
+    checkpoint: Annotated[Path, typer.Option(help="a stage folder, its final/ or checkpoint-N/, or a verl checkpoint")],
+    out: Annotated[Path, typer.Option(help="where the standalone model goes")],
+    lora_alpha: Annotated[
+        int | None, typer.Option(help="verl LoRA checkpoints: the alpha to write when verl saved 0")
+    ] = None,
+) -> None:
+    """Merge LoRA into the base and write safetensors, tokenizer and a model card."""
+    from memrl.train.export import export_checkpoint
+
+    source = checkpoint / "final" if (checkpoint / "final").is_dir() else checkpoint
+    with console.status(f"exporting {source}"):
+        folder = export_checkpoint(source, out, lora_alpha=lora_alpha)
+    typer.echo(str(folder))
+
+
+def _base_of(model: str) -> str:
+    """The untrained model a reflector came from (export metadata or checkpoint info), for the online baseline."""
+    from memrl.train.checkpoints import read_info, resolve_model
+    from memrl.train.export import EXPORT_FILE
+
+    folder = Path(resolve_model(model))
+    if (folder / EXPORT_FILE).is_file():
+        base = json.loads((folder / EXPORT_FILE).read_text()).get("base")
+        if base:
+            return str(base)
+    info = read_info(folder)
+    if info is not None:
+        return info.base
+    raise ConfigError(f"cannot tell which model {model} was trained from: pass --baseline for the online check")
+
+
+def eval_reflector(
+    model: Annotated[str, typer.Option(help="an exported folder, a checkpoint, an embedded name or a hub id")],
+    data: Annotated[Path, typer.Option(help="a reflection dataset folder (uses rl/eval.jsonl) or such a file")],
+    out: Annotated[Path, typer.Option(help="output dir: generations.jsonl, scores.jsonl, metrics.json")],
+    judge: Annotated[str, typer.Option(help="offline | llm")] = "offline",
+    endpoint: Annotated[str | None, typer.Option(help="OpenAI-compatible URL of the LLM judge")] = None,
+    judge_model: Annotated[str | None, typer.Option(help="judge model name (served name with --endpoint)")] = None,
+    max_samples: Annotated[int | None, typer.Option(min=1)] = None,
+    max_tokens: Annotated[int, typer.Option(min=1, help="reflection budget")] = 256,
+    baseline: Annotated[
+        str | None, typer.Option(help="online check: the reflector to compare with (default: the model's base)")
+    ] = None,
+    online_users: Annotated[int, typer.Option(min=0, help="online check users (0: skip the online check)")] = 0,
+    online_sessions: Annotated[int, typer.Option(min=1, help="online check sessions per user")] = 3,
+    agent_model: Annotated[str, typer.Option(help="online check: the agent model")] = "smollm2",
+) -> None:
+    """Held-out reward of a reflector and its parts; optionally the online check in collab against a baseline.
+
+    A rerun with the same --out reuses the reflections already generated.
+    """
+    from memrl.envs.collab.config import CollabEvalConfig
+    from memrl.reward_cli import judge_config
+    from memrl.rewards.config import RewardConfig
+    from memrl.rollout.base import SamplingParams
+    from memrl.rollout.config import HFModelConfig
+    from memrl.train.evaluate import evaluate_reflector, online_check
+    from memrl.train.export import record_evaluation
+
+    reward = RewardConfig(judge=judge_config(judge, endpoint, judge_model))
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    # Libraries print at import time (transformers announces wandb's offline mode); stdout carries only the JSON.
+    with contextlib.redirect_stdout(sys.stderr):
+        metrics = evaluate_reflector(model, data, out, reward, sampling, console, max_samples=max_samples)
+        record_evaluation(Path(model), data.name, metrics)
+        if online_users:
+            cfg = CollabEvalConfig(
+                users=online_users, sessions=online_sessions, model=HFModelConfig(backend="hf", model=agent_model)
+            )
+            models = {"baseline": baseline or _base_of(model), "reflector": model}
+            metrics["online"] = online_check(models, cfg, out / "online", console)
+            (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    typer.echo(json.dumps({k: v for k, v in metrics.items() if k != "online"}))

@@ -1,0 +1,89 @@
+"""Format reward: does the reply keep the reflection prompt's JSON contract?
+
+Credit levels (the most serious defect decides):
+
+| credit | level      | the reply                                                                           |
+|--------|------------|-------------------------------------------------------------------------------------|
+| 1.0    | exact      | is one JSON object and nothing else; both keys hold non-empty strings               |
+| 0.75   | wrapped    | holds such an object, but inside a code fence or with other text around it          |
+| 0.5    | repaired   | the object parses only after repair, or a field is a list/object instead of a string |
+| 0.25   | notes only | usable `agent_notes`, but the reasoning key is missing or empty                     |
+| 0.0    | unusable   | no JSON object, or `agent_notes` missing or empty                                   |
+
+The notes are read the way the collab agent reads them (lists and objects are flattened into lines), so the
+coverage judge grades exactly what would reach the agent's memory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from memrl.envs.collab.prompts import REFLECTION_KEYS
+from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
+
+REASONING_KEY, NOTES_KEY = REFLECTION_KEYS
+
+EXACT, WRAPPED, REPAIRED, NOTES_ONLY, UNUSABLE = 1.0, 0.75, 0.5, 0.25, 0.0
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class FormatResult:
+    score: float  # one of the credit levels above
+    notes: str | None  # the notes the agent would store; None when the reply holds none
+    reason: str
+
+
+def _strict_object(text: str) -> tuple[dict[str, Any] | None, bool]:
+    """(object, exact): the first JSON object that parses without repair, and whether it is the whole reply."""
+    stripped = text.strip()
+    try:
+        whole = json.loads(stripped)
+    except json.JSONDecodeError:
+        pass
+    else:
+        return (whole, True) if isinstance(whole, dict) else (None, False)
+    fenced = _FENCE.search(text)
+    span = fenced.group(1) if fenced else text
+    start = span.find("{")
+    while start >= 0:
+        try:
+            found, _ = json.JSONDecoder().raw_decode(span, start)
+        except json.JSONDecodeError:
+            start = span.find("{", start + 1)
+            continue
+        return (found, False) if isinstance(found, dict) else (None, False)
+    return None, False
+
+
+def format_reward(text: str) -> FormatResult:
+    """Grade `text` (the raw reflection reply) on the credit levels in this module's docstring."""
+    data, exact = _strict_object(text)
+    repaired = False
+    if data is None:
+        parsed = parse_json_object(text)
+        if isinstance(parsed, JSONParseFailure):
+            return FormatResult(UNUSABLE, None, f"unusable: {parsed.reason}")
+        data, repaired = parsed.data, True
+    notes_value, reasoning_value = data.get(NOTES_KEY), data.get(REASONING_KEY)
+    notes = field_text(notes_value).strip()
+    if not notes:
+        return FormatResult(UNUSABLE, None, f"unusable: {NOTES_KEY!r} is missing or empty")
+    if not field_text(reasoning_value).strip():
+        return FormatResult(NOTES_ONLY, notes, f"notes only: {REASONING_KEY!r} is missing or empty")
+    not_strings = [k for k, v in ((REASONING_KEY, reasoning_value), (NOTES_KEY, notes_value)) if not isinstance(v, str)]
+    if repaired or not_strings:
+        why = "the JSON needed repair" if repaired else f"{', '.join(not_strings)} not a string"
+        return FormatResult(REPAIRED, notes, f"repaired: {why}")
+    if not exact:
+        return FormatResult(WRAPPED, notes, "wrapped: the object is fenced or has text around it")
+    return FormatResult(EXACT, notes, "exact: one JSON object with both keys")
+
+
+def extract_notes(text: str) -> str | None:
+    """The notes a reflection reply carries (what the agent would store), or None when it carries none."""
+    return format_reward(text).notes

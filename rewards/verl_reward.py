@@ -1,0 +1,156 @@
+"""verl custom reward functions for the reflection reward.
+
+    reward.custom_reward_function.path=pkg://memrl.rewards.verl_reward
+    reward.custom_reward_function.name=compute_score_async        # or compute_score (sync)
+    +reward.custom_reward_function.reward_kwargs.judge=offline    # offline (default) | llm
+
+verl merges `reward_kwargs` into every call. Either `reward_config` (a RewardConfig as a mapping or a JSON string:
+what `memrl` launchers pass) or shorthand keys: `judge` (a kind, or a full JudgeConfig mapping), `model`,
+`endpoint`, `api_key`, `cache_dir`, `concurrency`, `retries`, `coverage_weight`, `format_weight`, `length_penalty`
+(a LengthPenaltyConfig mapping). Both take `failure_score`. An OpenAI-compatible judge without a key reads
+MEMRL_JUDGE_API_KEY. With `judge=llm` and no endpoint, a reward model that verl's reward loop serves is used
+through its router (`reward_router_address`), under `model` or the reward model's path. One RewardScorer is built
+per process and configuration, and reused.
+
+verl needs a float reward, so a sample whose judge failed after its retries gets `failure_score` (default 0.0,
+what verl's own managers give a failed reward) with `judge_failed: 1.0`, and `coverage` / `judge_score` None,
+which verl's validation metrics skip: the failure is counted in the logs, never hidden in the mean coverage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import SecretStr, ValidationError
+
+from memrl.errors import ConfigError
+from memrl.rewards.config import JudgeConfig, RewardConfig
+from memrl.rewards.reward import RewardScorer
+from memrl.rewards.types import GroundTruth, RewardParts
+from memrl.rollout.config import OpenAIModelConfig
+
+_SCORERS: dict[str, RewardScorer] = {}
+_LOCK = threading.Lock()
+_REWARD_KEYS = ("coverage_weight", "format_weight", "length_penalty")
+_JUDGE_KEYS = ("cache_dir", "concurrency", "retries")
+_VERL_KEYS = ("failure_score", "reward_router_address", "reward_model_tokenizer")  # never part of the config
+_SHORTHAND_KEYS = ("judge", "model", "endpoint", "api_key", *_VERL_KEYS)
+JUDGE_KEY_ENV = "MEMRL_JUDGE_API_KEY"
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers (what Hydra hands verl) to plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _judge_model(kind: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    if kind != "llm":
+        return None
+    endpoint, model = kwargs.get("endpoint"), kwargs.get("model")
+    router = kwargs.get("reward_router_address")
+    if not endpoint and router:  # the reward model verl serves behind its router speaks the OpenAI API
+        endpoint = f"http://{router}/v1"
+        tokenizer = kwargs.get("reward_model_tokenizer")
+        model = model or getattr(tokenizer, "name_or_path", None)
+    if not model:
+        raise ConfigError("reward_kwargs: judge=llm needs `model` (and `endpoint`, or a reward model served by verl)")
+    if endpoint:
+        spec = {"backend": "openai", "model": model, "endpoint": endpoint}
+        return spec | ({"api_key": kwargs["api_key"]} if kwargs.get("api_key") else {})
+    return {"backend": "hf", "model": model}
+
+
+def _from_shorthand(kw: dict[str, Any]) -> RewardConfig:
+    judge = kw.get("judge", "offline")
+    if isinstance(judge, dict):
+        judge_cfg = JudgeConfig.model_validate(judge)
+    else:
+        extra = {k: kw[k] for k in _JUDGE_KEYS if k in kw}
+        judge_cfg = JudgeConfig.model_validate({"kind": judge, "model": _judge_model(str(judge), kw), **extra})
+    return RewardConfig.model_validate({"judge": judge_cfg, **{k: kw[k] for k in _REWARD_KEYS if k in kw}})
+
+
+def _with_env_key(cfg: RewardConfig) -> RewardConfig:
+    """Launchers keep the judge's API key off the command line and hand it over in MEMRL_JUDGE_API_KEY."""
+    model = cfg.judge.model
+    key = os.environ.get(JUDGE_KEY_ENV)
+    if not isinstance(model, OpenAIModelConfig) or model.api_key is not None or not key:
+        return cfg
+    judge = cfg.judge.model_copy(update={"model": model.model_copy(update={"api_key": SecretStr(key)})})
+    return cfg.model_copy(update={"judge": judge})
+
+
+def reward_config(kwargs: Mapping[str, Any]) -> RewardConfig:
+    """The RewardConfig that verl's `reward_kwargs` describe (see the module docstring for the keys)."""
+    kw = _plain(dict(kwargs))
+    whole = kw.get("reward_config")
+    allowed = {"reward_config", *_VERL_KEYS} if whole is not None else {*_REWARD_KEYS, *_JUDGE_KEYS, *_SHORTHAND_KEYS}
+    unknown = set(kw) - allowed
+    if unknown:
+        raise ConfigError(f"reward_kwargs: unknown keys: {', '.join(sorted(unknown))}")
+    try:
+        if whole is None:
+            return _with_env_key(_from_shorthand(kw))
+        data = json.loads(whole) if isinstance(whole, str) else whole
+        return _with_env_key(RewardConfig.model_validate(data))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"reward_kwargs: reward_config is not valid JSON: {exc.msg}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "reward_kwargs"
+        raise ConfigError(f"reward_kwargs: {where}: {first['msg']}") from None
+
+
+def get_scorer(kwargs: Mapping[str, Any]) -> RewardScorer:
+    """The process-wide scorer for this configuration (built on first use)."""
+    cfg = reward_config(kwargs)
+    key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+    with _LOCK:
+        scorer = _SCORERS.get(key)
+        if scorer is None:
+            scorer = _SCORERS[key] = RewardScorer(cfg)
+    return scorer
+
+
+def to_verl(parts: RewardParts, failure_score: float = 0.0) -> dict[str, float | None]:
+    """The dict verl logs: `score` is always a float; the same keys for every sample (verl stacks them)."""
+    return {
+        "score": failure_score if parts.score is None else parts.score,
+        "coverage": parts.coverage,
+        "format": parts.format,
+        "judge_score": parts.judge_score,
+        "length_penalty": parts.length_penalty,
+        "notes_tokens": float(parts.notes_tokens),
+        "n_hallucinated": None if parts.n_hallucinated is None else float(parts.n_hallucinated),
+        "judge_failed": float(parts.judge_failed),
+    }
+
+
+def _truth(ground_truth: Any) -> GroundTruth:
+    return GroundTruth.from_obj(ground_truth if isinstance(ground_truth, str) else _plain(ground_truth))
+
+
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
+) -> dict[str, float | None]:
+    """Sync reward function (verl runs it in a thread pool, one sample per call)."""
+    scorer = get_scorer(kwargs)
+    parts = scorer.score([solution_str], [_truth(ground_truth)])[0]
+    return to_verl(parts, float(kwargs.get("failure_score", 0.0)))
+
+
+async def compute_score_async(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
+) -> dict[str, float | None]:
+    """Async reward function for verl's reward loop: concurrent calls are batched into one judge call."""
+    scorer = get_scorer(kwargs)
+    parts = await scorer.ascore_one(solution_str, _truth(ground_truth))
+    return to_verl(parts, float(kwargs.get("failure_score", 0.0)))

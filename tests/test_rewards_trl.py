@@ -1,0 +1,64 @@
+"""TRL reward functions: names, weights, shapes, conversational completions, one judge call per batch, None."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
+from memrl.rewards.offline_judge import OfflineJudge
+from memrl.rewards.reward import RewardScorer
+from memrl.rewards.trl_reward import reward_funcs, reward_weights
+from memrl.rewards.types import GroundTruth
+from memrl.rollout.config import OpenAIModelConfig
+from memrl.rollout.serve import free_port
+
+TRUTH = GroundTruth(("Put that in bullet points.", "End with a one-line TL;DR.")).to_json()
+GOOD = json.dumps(
+    {"user_preferences_reasoning": "r", "agent_notes": "- Use bullet points.\n- End each reply with a one-line TL;DR."}
+)
+PROMPT = [{"role": "user", "content": "Reflect on the session."}]
+
+
+def call_all(funcs: list, completions: list, metrics: dict) -> list[list[float | None]]:  # type: ignore[type-arg]
+    kwargs = {
+        "ground_truth": [TRUTH] * len(completions),
+        "log_metric": lambda k, v: metrics.setdefault(k, []).append(v),
+    }
+    return [f(prompts=[PROMPT] * len(completions), completions=completions, **kwargs) for f in funcs]
+
+
+def test_names_weights_and_one_judge_call_per_batch(model_cache: object) -> None:
+    lp = LengthPenaltyConfig(budget=3, per_token=0.01)
+    cfg = RewardConfig(coverage_weight=1.0, format_weight=0.5, length_penalty=lp)
+    scorer = RewardScorer(cfg, judge=OfflineJudge())
+    funcs = reward_funcs(cfg, scorer=scorer)
+    assert [f.__name__ for f in funcs] == ["coverage", "format", "length_penalty"]
+    assert reward_weights(cfg) == [1.0, 0.5, 1.0]
+    assert len(reward_funcs(RewardConfig(), scorer=scorer)) == 3  # a given scorer's config decides the parts
+    plain = RewardScorer(RewardConfig(), judge=scorer.judge)
+    assert [f.__name__ for f in reward_funcs(scorer=plain)] == ["coverage", "format"]
+    assert reward_weights(RewardConfig()) == [1.0, 1.0]
+
+    conversational = [[{"role": "assistant", "content": GOOD}], [{"role": "assistant", "content": "no json"}]]
+    metrics: dict[str, list[float]] = {}
+    coverage, fmt, penalty = call_all(funcs, conversational, metrics)
+    assert coverage == [1.0, 0.0] and fmt == [1.0, 0.0]
+    assert penalty[0] is not None and penalty[0] < 0 and penalty[1] == 0.0  # negative: its weight stays positive
+    assert scorer.stats()["batches"] == 1  # the three functions shared one judge call
+    assert metrics == {"judge_failures": [0.0], "notes_tokens": [9.0]}
+
+    as_text = call_all(funcs, [GOOD, "no json"], metrics)  # plain-string completions: same batch, served from cache
+    assert as_text == [coverage, fmt, penalty] and scorer.stats()["batches"] == 1
+    call_all(funcs, [GOOD], metrics)
+    assert scorer.stats()["batches"] == 2
+
+
+def test_failed_judge_gives_none_from_every_function(tmp_path: Path) -> None:
+    model = OpenAIModelConfig(backend="openai", model="m", endpoint=f"http://127.0.0.1:{free_port()}/v1", max_retries=0)
+    cfg = RewardConfig(
+        judge=JudgeConfig(kind="llm", model=model, cache_dir=str(tmp_path)), length_penalty=LengthPenaltyConfig()
+    )
+    metrics: dict[str, list[float]] = {}
+    assert call_all(reward_funcs(cfg), [GOOD], metrics) == [[None], [None], [None]]  # TRL: unscorable, advantage 0
+    assert metrics["judge_failures"] == [1.0]

@@ -1,0 +1,490 @@
+"""The verl path on CPU: recipe stages -> Hydra overrides checked against verl 0.9.1's own config and checks ->
+commands (local, torchrun, `ray job submit`) -> FSDP checkpoint merge with the LoRA alpha repaired."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memrl.errors import ConfigError, MemrlError
+from memrl.rewards.reward import RewardConfig
+from memrl.train import verl_launch, verl_merge
+from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, SFTStage
+
+DATA = Path("/data/reflection")
+OUT = Path("/runs/reflector/grpo")
+EIGHT_GPUS = ClusterConfig(nnodes=1, gpus_per_node=8)
+LLM_JUDGE = {
+    "judge": {
+        "kind": "llm",
+        "model": {
+            "backend": "openai",
+            "model": "meta-llama/Llama-3.3-70B-Instruct",
+            "endpoint": "http://judge:8001/v1",
+            "api_key": "sk-not-in-the-command",
+        },
+    }
+}
+
+
+def table5_grpo(**update: object) -> GRPOStage:
+    """Paper Table 5 GRPO: lr 1e-6, 200 steps, batch 64, 8 rollouts, KL 0.003, prompt 2048, response 1024."""
+    stage = GRPOStage(
+        kind="grpo",
+        trainer="verl",
+        model="policy",
+        data="data",
+        lora=None,
+        lr=1e-6,
+        max_steps=200,
+        batch_size=64,
+        rollouts=8,
+        micro_batch_size=2,
+        kl_coef=0.003,
+        loss="dr_grpo",
+        max_prompt_length=2048,
+        max_response_length=1024,
+        cluster=EIGHT_GPUS,
+        reward=RewardConfig.model_validate(LLM_JUDGE),
+    )
+    return stage.model_copy(update=update)
+
+
+def table5_sft(**update: object) -> SFTStage:
+    """Paper Table 5 SFT: lr 1e-6, 4 epochs, batch 64, cutoff 32768, full fine-tuning."""
+    stage = SFTStage(
+        kind="sft",
+        trainer="verl",
+        model="policy",
+        data="data",
+        lora=None,
+        lr=1e-6,
+        epochs=4,
+        batch_size=64,
+        micro_batch_size=1,
+        max_length=32768,
+        cluster=EIGHT_GPUS,
+    )
+    return stage.model_copy(update=update)
+
+
+def grpo(stage: GRPOStage, **kwargs: object) -> list[str]:
+    args: dict = {"model_path": "Qwen/Qwen2.5-7B-Instruct", "data_dir": DATA, "out_dir": OUT, "experiment": "qwen"}
+    return verl_launch.grpo_overrides(stage, **(args | kwargs))
+
+
+def sft(stage: SFTStage) -> list[str]:
+    return verl_launch.sft_overrides(
+        stage, model_path="meta-llama/Llama-3.1-8B-Instruct", data_dir=DATA, out_dir=OUT, experiment="llama"
+    )
+
+
+def as_dict(overrides: list[str]) -> dict[str, str]:
+    return dict(item.lstrip("+").split("=", 1) for item in overrides)
+
+
+# --- overrides ----------------------------------------------------------------------------------------------------
+
+
+def test_grpo_overrides_carry_the_recipe() -> None:
+    got = as_dict(grpo(table5_grpo(), logger="wandb"))
+    assert got["algorithm.adv_estimator"] == "grpo"
+    assert got["data.train_files"] == "/data/reflection/rl/train.parquet"
+    assert got["data.val_files"] == "/data/reflection/rl/eval.parquet"
+    assert (got["data.train_batch_size"], got["actor_rollout_ref.actor.ppo_mini_batch_size"]) == ("64", "64")
+    assert (got["data.max_prompt_length"], got["data.max_response_length"]) == ("2048", "1024")
+    assert got["actor_rollout_ref.model.path"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert float(got["actor_rollout_ref.actor.optim.lr"]) == 1e-6
+    assert got["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "2"
+    assert (got["actor_rollout_ref.rollout.n"], got["actor_rollout_ref.rollout.name"]) == ("8", "vllm")
+    assert got["actor_rollout_ref.actor.use_kl_loss"] == "true"
+    assert float(got["actor_rollout_ref.actor.kl_loss_coef"]) == 0.003
+    assert got["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl"
+    assert got["trainer.total_training_steps"] == "200"
+    assert (got["trainer.save_freq"], got["trainer.test_freq"]) == ("50", "50")
+    assert got["trainer.default_local_dir"] == "/runs/reflector/grpo/checkpoints"
+    assert got["trainer.logger"] == "[console,wandb]"
+    assert (got["trainer.nnodes"], got["trainer.n_gpus_per_node"]) == ("1", "8")
+    assert (got["trainer.project_name"], got["trainer.experiment_name"]) == ("memrl", "qwen")
+    assert got["reward.custom_reward_function.path"].endswith("rewards/verl_reward.py")
+    assert Path(got["reward.custom_reward_function.path"]).is_absolute()
+    assert got["reward.custom_reward_function.name"] == "compute_score_async"
+    assert "actor_rollout_ref.model.lora_rank" not in got  # lora: null is full fine-tuning
+
+
+def test_lora_and_no_kl() -> None:
+    stage = table5_grpo(lora=LoraConfig(rank=32, alpha=64, target_modules=["q_proj", "v_proj"]), kl_coef=0.0)
+    got = as_dict(grpo(stage, lora_adapter_path="/runs/sft/final"))
+    assert (got["actor_rollout_ref.model.lora_rank"], got["actor_rollout_ref.model.lora_alpha"]) == ("32", "64")
+    assert got["actor_rollout_ref.model.target_modules"] == "[q_proj,v_proj]"
+    assert got["actor_rollout_ref.model.lora_adapter_path"] == "/runs/sft/final"
+    assert got["actor_rollout_ref.rollout.load_format"] == "safetensors"
+    assert got["actor_rollout_ref.actor.use_kl_loss"] == "false"
+    assert "actor_rollout_ref.actor.kl_loss_coef" not in got
+    with pytest.raises(ConfigError, match="adapter"):
+        grpo(table5_grpo(), lora_adapter_path="/runs/sft/final")
+    with pytest.raises(ConfigError, match="2 rollouts"):
+        grpo(table5_grpo(rollouts=1))
+
+
+@pytest.mark.parametrize(
+    ("loss", "agg", "std_norm"),
+    [
+        ("grpo", "seq-mean-token-mean", "true"),
+        ("dapo", "token-mean", "true"),
+        ("dr_grpo", "seq-mean-token-sum-norm", "false"),
+    ],
+)
+def test_loss_modes(loss: str, agg: str, std_norm: str) -> None:
+    overrides = grpo(table5_grpo(loss=loss))
+    got = as_dict(overrides)
+    assert got["actor_rollout_ref.actor.loss_agg_mode"] == agg
+    assert got["algorithm.norm_adv_by_std_in_grpo"] == std_norm
+    assert ("actor_rollout_ref.actor.loss_scale_factor" in got) == (loss == "dr_grpo")
+    # verl's own actor config rejects an aggregation name it does not implement.
+    verl_launch.validate_overrides(verl_launch.PPO_CONFIG, overrides)
+
+
+def test_sft_overrides_carry_the_recipe() -> None:
+    got = as_dict(sft(table5_sft(lora=LoraConfig(rank=16, alpha=32), warmup_ratio=0.1)))
+    assert got["data.train_files"] == "/data/reflection/sft/train.parquet"
+    assert got["data.val_files"] == "/data/reflection/sft/eval.parquet"
+    assert got["data.messages_key"] == "messages"
+    assert (got["data.train_batch_size"], got["data.micro_batch_size_per_gpu"]) == ("64", "1")
+    assert got["data.max_length"] == "32768"
+    assert got["model.path"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert (got["model.lora_rank"], got["model.lora_alpha"], got["model.target_modules"]) == ("16", "32", "all-linear")
+    assert float(got["optim.lr"]) == 1e-6 and float(got["optim.lr_warmup_steps_ratio"]) == 0.1
+    assert got["trainer.total_epochs"] == "4" and "trainer.total_training_steps" not in got
+    assert got["trainer.resume_mode"] == "auto"
+    assert as_dict(sft(table5_sft(max_steps=10, epochs=0.5)))["trainer.total_training_steps"] == "10"
+    with pytest.raises(ConfigError, match="whole epochs"):
+        sft(table5_sft(epochs=1.5))
+    with pytest.raises(ConfigError, match="split evenly"):
+        sft(table5_sft(batch_size=60))
+
+
+# --- against verl's config schema ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", ["reflector-qwen2.5-7b", "reflector-llama3.1-8b"])
+def test_table5_recipes_compose_against_verl(recipe: str) -> None:
+    from memrl.recipe import load_recipe
+
+    stages = load_recipe(recipe).recipe.stages
+    verl_launch.validate_overrides(verl_launch.PPO_CONFIG, grpo(stages["grpo"]))
+    verl_launch.validate_overrides(verl_launch.SFT_CONFIG, sft(stages["sft"]))
+
+
+def test_composed_config_holds_the_values() -> None:
+    stage = table5_grpo(overrides=["actor_rollout_ref.rollout.n=4", "trainer.val_before_train=false"])
+    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, grpo(stage))
+    assert cfg.actor_rollout_ref.rollout.n == 4  # the passthrough override wins over the recipe's 8
+    assert cfg.trainer.val_before_train is False
+    assert cfg.actor_rollout_ref.actor.kl_loss_coef == pytest.approx(0.003)
+
+
+def test_reward_config_reaches_the_reward_adapter_through_verl() -> None:
+    """verl's own loader builds the reward call from the composed config; memrl's adapter reads the same config."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    from memrl.rewards.verl_reward import compute_score_async, reward_config
+
+    recipe = LLM_JUDGE | {"coverage_weight": 2.0, "length_penalty": {"budget": 120}}
+    recipe["judge"] = recipe["judge"] | {"cache_dir": "/tmp/judge cache, it's \\'here'"}
+    stage = table5_grpo(reward=RewardConfig.model_validate(recipe))
+    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, grpo(stage))
+    # verl resolves its config twice (to print it, then in place).
+    OmegaConf.resolve(cfg)
+    OmegaConf.resolve(cfg)
+    call = get_custom_reward_fn(cfg)
+    assert call is not None
+    function, kwargs = call.args
+    # verl loads the adapter from its file: the same code, a separate module object.
+    assert function.__qualname__ == "compute_score_async"
+    assert function.__code__.co_filename == compute_score_async.__code__.co_filename
+    sent = reward_config(kwargs)
+    expected = stage.reward.model_copy(deep=True)
+    assert expected.judge.model is not None
+    expected.judge.model.api_key = None
+    assert sent == expected
+    assert sent.judge.cache_dir == "/tmp/judge cache, it's \\'here'"
+    assert "sk-not-in-the-command" not in " ".join(grpo(stage))
+    assert verl_launch.secret_env(stage) == {"MEMRL_JUDGE_API_KEY": "sk-not-in-the-command"}
+    with pytest.raises(ConfigError, match="interpolation"):
+        grpo(table5_grpo(reward=RewardConfig.model_validate({"judge": {"cache_dir": "${HOME}/j"}})))
+
+
+def test_awkward_strings_survive_hydra() -> None:
+    values = ["it's", "C:\\dir\\", '{"a": "b,c"}', "/a b/c", "123", "true", "null", "a=b", "", "1e-3", "x ${y}"]
+    overrides = [f"+trainer.t{i}={verl_launch.hydra_value(v)}" for i, v in enumerate(values)]
+    overrides.append("+trainer.nested=" + verl_launch.hydra_value({"k": ["a b", 1, None], "v": {"w": "it's"}}))
+    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, overrides)
+    assert [cfg.trainer[f"t{i}"] for i in range(len(values))] == values
+    assert cfg.trainer.nested == {"k": ["a b", 1, None], "v": {"w": "it's"}}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("actor_rollout_ref.actor.optim.lrr=1e-5", "no key 'actor_rollout_ref.actor.optim.lrr' (did you mean"),
+        ("trainer.totl_epochs=3", "did you mean 'trainer.total_epochs'"),
+        ("actor_rollout_ref.actor.optim.lr=fast", "optim.lr must be a number, got 'fast'"),
+        ("trainer.val_before_train=maybe", "must be true or false"),
+        ("data.train_batch_size=32", "ppo_mini_batch_size"),
+        ("actor_rollout_ref.actor.loss_agg_mode=mean", "Invalid loss_agg_mode: mean"),
+        ("actor_rollout_ref.model.lora_rank=1024", "lora_rank 1024 exceeds"),
+        ("trainer.logger=[console", "verl ppo_trainer:"),
+        ("trainer.logger", "is not key=value"),
+    ],
+)
+def test_bad_passthrough_override_fails_in_one_line(override: str, message: str) -> None:
+    overrides = grpo(table5_grpo(overrides=[override]))
+    with pytest.raises(ConfigError) as err:
+        verl_launch.validate_overrides(verl_launch.PPO_CONFIG, overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_sft_typo_fails_against_the_sft_schema() -> None:
+    with pytest.raises(ConfigError, match=r"has no key 'data\.messages_ky' \(did you mean 'data\.messages_key'\?\)"):
+        verl_launch.validate_overrides(verl_launch.SFT_CONFIG, sft(table5_sft(overrides=["data.messages_ky=m"])))
+
+
+# --- commands -----------------------------------------------------------------------------------------------------
+
+
+def test_local_commands() -> None:
+    overrides = grpo(table5_grpo())
+    argv = verl_launch.verl_command("grpo", overrides, EIGHT_GPUS)
+    assert argv[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"] and argv[3:] == overrides
+    argv = verl_launch.verl_command("sft", ["model.path=m"], EIGHT_GPUS, python="python3")
+    assert argv == [
+        "python3",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc_per_node=8",
+        "-m",
+        "verl.trainer.sft_trainer",
+        "model.path=m",
+    ]
+    with pytest.raises(ConfigError, match="ray_address"):
+        verl_launch.verl_command("sft", [], ClusterConfig(nnodes=2))
+    # The printed command is what a shell would run, argument for argument.
+    grpo_argv = verl_launch.verl_command("grpo", overrides, EIGHT_GPUS)
+    assert shlex.split(verl_launch.format_command(grpo_argv, multiline=False)) == grpo_argv
+
+
+def test_ray_job_submit_names_secrets_by_reference(tmp_path: Path) -> None:
+    cluster = ClusterConfig(nnodes=2, gpus_per_node=8, ray_address="http://head:8265")
+    stage = table5_grpo(cluster=cluster)
+    overrides = grpo(stage)
+    environ = {"WANDB_API_KEY": "wandb-s3cret", "HF_TOKEN": "hf-s3cret", "HOME": "/root"} | verl_launch.secret_env(
+        stage
+    )
+    argv = verl_launch.verl_command("grpo", overrides, cluster, working_dir=tmp_path, environ=environ)
+    assert argv[:5] == ["ray", "job", "submit", "--address", "http://head:8265"]
+    split = argv.index("--")
+    assert argv[split + 1 : split + 4] == ["python", "-m", "verl.trainer.main_ppo"]
+    runtime = json.loads(argv[argv.index("--runtime-env-json") + 1])
+    assert runtime["working_dir"] == str(tmp_path)
+    assert runtime["env_vars"] == {
+        "HF_TOKEN": "${HF_TOKEN}",
+        "MEMRL_JUDGE_API_KEY": "${MEMRL_JUDGE_API_KEY}",
+        "WANDB_API_KEY": "${WANDB_API_KEY}",
+    }
+    # On a cluster the reward function is imported by module name, not by a path of this machine.
+    assert as_dict(overrides)["reward.custom_reward_function.path"] == "pkg://memrl.rewards.verl_reward"
+    printed = verl_launch.format_command(argv)
+    assert "s3cret" not in printed and "sk-not-in-the-command" not in printed
+    assert printed.splitlines()[1].strip().startswith("algorithm.adv_estimator=grpo")
+    # A shell running the printed command fills the references from its own environment.
+    shell = subprocess.run(
+        ["bash", "-c", "printf '%s\\0' " + printed.split(" ", 1)[1]],
+        env={"PATH": os.environ["PATH"], "WANDB_API_KEY": "from-the-shell"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")[:-1]
+    assert shell[0] == "job" and shell[-1] == argv[-1]
+    assert json.loads(shell[shell.index("--runtime-env-json") + 1])["env_vars"]["WANDB_API_KEY"] == "from-the-shell"
+    # run_verl does the same in memory.
+    resolved = verl_launch.resolve_env_refs(argv, environ)
+    assert json.loads(resolved[argv.index("--runtime-env-json") + 1])["env_vars"]["HF_TOKEN"] == "hf-s3cret"
+    sft_argv = verl_launch.verl_command("sft", ["model.path=m"], cluster, environ={})
+    assert "verl.trainer.sft_trainer_ray" in sft_argv and json.loads(sft_argv[6]) == {}
+
+
+def test_run_verl_streams_to_the_log_and_raises_with_the_tail(tmp_path: Path) -> None:
+    log = tmp_path / "verl.log"
+    check = "import json,sys; print('key ok:', json.loads(sys.argv[2])['env_vars']['WANDB_API_KEY'] == 'v')"
+    argv = [sys.executable, "-c", check, "--runtime-env-json", '{"env_vars": {"WANDB_API_KEY": "${WANDB_API_KEY}"}}']
+    assert verl_launch.run_verl(argv, log, env={"WANDB_API_KEY": "v", "PATH": os.environ["PATH"]}) == 0
+    text = log.read_text()
+    assert "key ok: True" in text and "${WANDB_API_KEY}" in text
+    failing = [sys.executable, "-c", "import sys\nfor i in range(30): print('line', i)\nsys.exit(3)"]
+    with pytest.raises(MemrlError) as err:
+        verl_launch.run_verl(failing, log)
+    message = str(err.value)
+    assert message.splitlines()[0].startswith("verl exited with code 3")
+    assert "line 29" in message and "line 5" not in message
+    assert "line 29" in log.read_text()
+
+
+# --- merge --------------------------------------------------------------------------------------------------------
+
+
+def _adapter(folder: Path, alpha: int) -> Path:
+    (folder / "lora_adapter").mkdir(parents=True)
+    path = folder / "lora_adapter" / "adapter_config.json"
+    path.write_text(json.dumps({"r": 8, "lora_alpha": alpha, "peft_type": "LORA", "base_model_name_or_path": None}))
+    return path
+
+
+def test_shard_dir_and_merge_command(tmp_path: Path) -> None:
+    actor = tmp_path / "checkpoints" / "global_step_20" / "actor"
+    actor.mkdir(parents=True)
+    (actor / "fsdp_config.json").write_text('{"FSDP_version": 2, "world_size": 8}')
+    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("20\n")
+    assert verl_merge.shard_dir(tmp_path) == actor  # the run folder
+    assert verl_merge.shard_dir(tmp_path / "checkpoints") == actor
+    assert verl_merge.shard_dir(actor.parent) == actor
+    assert verl_merge.shard_dir(actor) == actor
+    with pytest.raises(ConfigError, match="no verl FSDP checkpoint"):
+        verl_merge.shard_dir(tmp_path / "checkpoints" / "global_step_20" / "missing")
+    assert verl_merge.is_verl_checkpoint(tmp_path) and not verl_merge.is_verl_checkpoint(tmp_path / "elsewhere")
+    assert verl_merge.merge_command(actor, tmp_path / "hf", python="py") == [
+        "py",
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor),
+        "--target_dir",
+        str(tmp_path / "hf"),
+    ]
+
+
+def test_fix_lora_alpha(tmp_path: Path) -> None:
+    assert verl_merge.fix_lora_alpha(tmp_path) is None  # full fine-tuning: no adapter
+    config = _adapter(tmp_path / "a", alpha=0)
+    assert verl_merge.fix_lora_alpha(tmp_path / "a", lora_alpha=16) == 16
+    written = json.loads(config.read_text())
+    assert written["lora_alpha"] == 16
+    assert written["base_model_name_or_path"] == str((tmp_path / "a").resolve())
+    # The step folder's training metadata (where verl's SFT trainer writes it) when the recipe gives none.
+    step = tmp_path / "global_step_3"
+    (step / "actor").mkdir(parents=True)
+    (step / "lora_train_meta.json").write_text('{"r": 8, "lora_alpha": 24}')
+    _adapter(tmp_path / "b", alpha=0)
+    assert verl_merge.fix_lora_alpha(tmp_path / "b", local_dir=step / "actor") == 24
+    _adapter(tmp_path / "c", alpha=32)  # a trained value is kept
+    assert verl_merge.fix_lora_alpha(tmp_path / "c", lora_alpha=16) == 32
+    _adapter(tmp_path / "d", alpha=0)
+    with pytest.raises(ConfigError, match="lora_alpha 0"):
+        verl_merge.fix_lora_alpha(tmp_path / "d", local_dir=tmp_path)
+
+
+@pytest.fixture
+def fsdp_lora_checkpoint(tiny_qwen2: str, tmp_path: Path) -> tuple[Path, object, object]:
+    """A real verl FSDP2 checkpoint of tiny-qwen2 + LoRA, written by verl's checkpoint manager on CPU (gloo, one
+    rank), and the input/logits of the model that was saved."""
+    import torch
+    import torch.distributed as dist
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from verl.trainer.config import CheckpointConfig
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2)
+    # Random B matrices: the adapter changes the output, so a lost alpha shows.
+    lora = PeftLoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    model = get_peft_model(model, lora)
+    with torch.no_grad():  # verl's merger writes bf16; start from bf16-exact weights so outputs can match exactly
+        for param in model.parameters():
+            param.copy_(param.bfloat16().float())
+    inputs = torch.tensor([[5, 17, 42, 99, 7, 3]])
+    with torch.no_grad():
+        reference = model(input_ids=inputs).logits
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",))
+        for layer in model.base_model.model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        manager = FSDPCheckpointManager(
+            model=model,
+            processing_class=AutoTokenizer.from_pretrained(tiny_qwen2),
+            checkpoint_config=CheckpointConfig(save_contents=["model"], load_contents=["model"]),
+        )
+        actor = tmp_path / "checkpoints" / "global_step_1" / "actor"
+        manager.save_checkpoint(local_path=str(actor), global_step=1)
+    finally:
+        dist.destroy_process_group()
+    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("1")
+    return tmp_path, inputs, reference
+
+
+def test_real_fsdp_checkpoint_merges_and_alpha_is_restored(
+    fsdp_lora_checkpoint: tuple[Path, object, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+    import verl.model_merger.__main__ as merger
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    run, inputs, reference = fsdp_lora_checkpoint
+    actor = verl_merge.shard_dir(run)
+    # Checkpoints without verl's metadata file are the ones that come out with lora_alpha 0.
+    (actor / "lora_train_meta.json").unlink()
+    target = run / "hf"
+    argv = verl_merge.merge_command(actor, target)
+    monkeypatch.setattr(sys, "argv", argv[2:])  # verl's merger CLI in-process, on exactly our arguments
+    merger.main()
+    config = json.loads((target / "lora_adapter" / "adapter_config.json").read_text())
+    assert config["lora_alpha"] == 0  # the known issue, reproduced
+    assert verl_merge.fix_lora_alpha(target, lora_alpha=8, local_dir=actor) == 8
+
+    base = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    with torch.no_grad():
+        base_error = (base(input_ids=inputs).logits - reference).abs().max().item()  # what alpha 0 amounts to
+        model = PeftModel.from_pretrained(base, target / "lora_adapter")
+        fixed_error = (model(input_ids=inputs).logits - reference).abs().max().item()
+    assert fixed_error < 1e-4
+    assert base_error > 0.1  # the adapter matters: with alpha 0 the output is the base model's
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_merge_checkpoint_runs_verls_merger(fsdp_lora_checkpoint: tuple[Path, object, object]) -> None:
+    run, inputs, reference = fsdp_lora_checkpoint
+    (verl_merge.shard_dir(run) / "lora_train_meta.json").unlink()
+    loadable = verl_merge.merge_verl_checkpoint(run, run / "hf", lora_alpha=8)
+    target = run / "hf"
+    assert loadable == target / "lora_adapter"
+    assert (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file()
+    assert json.loads((target / "lora_adapter" / "adapter_config.json").read_text())["lora_alpha"] == 8
+    assert "Saving lora adapter" in (run / "hf-merge.log").read_text()
+    # memrl's own loader reads the returned folder as base + adapter and reproduces the trained model.
+    import torch
+
+    from memrl.train.checkpoints import load_causal_lm
+
+    with torch.no_grad():
+        logits = load_causal_lm(str(loadable), dtype=torch.float32)(input_ids=inputs).logits
+    assert (logits - reference).abs().max().item() < 1e-4

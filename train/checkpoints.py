@@ -1,0 +1,101 @@
+"""What a training stage leaves behind, and how later stages, export and evaluation load it.
+
+A stage writes `<stage>/final/`: a full model, or a PEFT adapter whose `adapter_config.json` names its base. Every
+`final/` also carries `memrl_checkpoint.json` (base model, trainer, steps), so export can describe it in a card.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from memrl import models
+from memrl.errors import ConfigError
+
+INFO_FILE = "memrl_checkpoint.json"
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    base: str  # the model the adapter applies to, or the model itself for a full checkpoint
+    trainer: str
+    stage: str
+    steps: int
+    adapter: bool
+
+    def save(self, folder: Path) -> None:
+        (folder / INFO_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+
+def is_adapter(folder: Path) -> bool:
+    return (folder / ADAPTER_CONFIG).is_file()
+
+
+def read_info(folder: Path) -> CheckpointInfo | None:
+    path = folder / INFO_FILE
+    if not path.is_file():
+        return None
+    return CheckpointInfo(**json.loads(path.read_text()))
+
+
+def adapter_base(folder: Path) -> str:
+    """The base model a PEFT adapter was trained on (memrl's record first, PEFT's own field second)."""
+    info = read_info(folder)
+    if info is not None:
+        return info.base
+    base = json.loads((folder / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ConfigError(f"{folder}: adapter_config.json names no base model; pass the base explicitly")
+    return str(base)
+
+
+def last_step_dir(stage_dir: Path, prefix: str = "checkpoint-") -> Path | None:
+    """The newest `<prefix>N` folder a trainer saved (TRL: checkpoint-N, verl: global_step_N), or None."""
+    step = re.compile(re.escape(prefix) + r"(\d+)$")
+    found = [(int(m.group(1)), p) for p in stage_dir.glob(f"{prefix}*") if (m := step.search(p.name))]
+    return max(found)[1] if found else None
+
+
+def resolve_model(ref: str) -> str:
+    """A model reference (embedded name, path, hub id, or a stage's checkpoint folder) as `from_pretrained` wants it."""
+    path = Path(ref).expanduser()
+    if path.is_dir() and (path / "final").is_dir():
+        path = path / "final"
+    if path.is_dir():
+        if not (is_adapter(path) or (path / "config.json").is_file()):
+            raise ConfigError(f"{path} holds neither a model (config.json) nor a PEFT adapter (adapter_config.json)")
+        return str(path)
+    return models.resolve(ref)
+
+
+def portable_ref(ref: str) -> str:
+    """How a checkpoint records its base: embedded names and hub ids as given, local folders as absolute paths."""
+    if models.lookup(ref) is not None or not Path(ref).expanduser().exists():
+        return ref
+    return str(Path(ref).expanduser().resolve())
+
+
+def load_causal_lm(ref: str, *, trainable_adapter: bool = False, dtype: Any = None) -> Any:
+    """Load a full model or base + adapter. A trainable adapter stays a PeftModel; otherwise it is merged."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model(ref)
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    if not is_adapter(Path(path)):
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    base = AutoModelForCausalLM.from_pretrained(resolve_model(adapter_base(Path(path))), **kwargs)
+    model = PeftModel.from_pretrained(base, path, is_trainable=trainable_adapter)
+    return model if trainable_adapter else model.merge_and_unload()
+
+
+def tokenizer_source(ref: str) -> str:
+    """Where the tokenizer lives: the checkpoint when it saved one, else its base model."""
+    path = Path(resolve_model(ref))
+    if path.is_dir() and ((path / "tokenizer_config.json").is_file() or not is_adapter(path)):
+        return str(path)
+    return resolve_model(adapter_base(path))

@@ -1,0 +1,83 @@
+"""Typed recipe stages of the training pipeline: SFT warm-up and GRPO, on TRL, verl or LLaMA-Factory.
+
+One schema serves every trainer; each trainer module translates it (TRL arguments, verl Hydra overrides,
+LLaMA-Factory YAML). Knobs one trainer lacks are refused there with a clear line, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
+
+from memrl.rewards.config import RewardConfig
+from memrl.schema import StrictModel
+
+
+class LoraConfig(StrictModel):
+    rank: PositiveInt = 8
+    alpha: PositiveInt = 16
+    dropout: float = Field(default=0.05, ge=0, lt=1)
+    target_modules: str | list[str] = Field(default="all-linear", description="'all-linear' or module names")
+
+
+class ClusterConfig(StrictModel):
+    """Where a verl or LLaMA-Factory stage runs; TRL stages run in-process on this machine."""
+
+    nnodes: PositiveInt = 1
+    gpus_per_node: PositiveInt = 8
+    ray_address: str | None = Field(
+        default=None, description="submit with `ray job submit --address`; default: launch locally"
+    )
+
+
+class LoggingTarget(StrictModel):
+    save_steps: PositiveInt = Field(default=50, description="checkpoint every N optimizer steps")
+    logging_steps: PositiveInt = 1
+
+
+class SFTStage(StrictModel):
+    """Supervised warm-up on gold reflections (paper Table 5: lr 1e-6, 4 epochs, batch 64, cutoff 32768)."""
+
+    kind: Literal["sft"]
+    trainer: Literal["trl", "verl", "llamafactory"] = "trl"
+    model: str = Field(description="a key of the recipe's `models`: the base model to fine-tune")
+    data: str = Field(description="a reflection_data stage of this recipe, or a dataset folder it wrote")
+    lora: LoraConfig | None = Field(default_factory=LoraConfig, description="null: full fine-tuning")
+    lr: PositiveFloat = 1e-6
+    epochs: PositiveFloat = 4
+    max_steps: PositiveInt | None = Field(default=None, description="stop after N steps (overrides epochs)")
+    batch_size: PositiveInt = Field(default=64, description="global batch, in sequences")
+    micro_batch_size: PositiveInt = Field(default=1, description="per device; the rest is gradient accumulation")
+    max_length: PositiveInt = Field(default=32768, description="cutoff in tokens")
+    warmup_ratio: NonNegativeFloat = 0.0
+    checkpoints: LoggingTarget = LoggingTarget()
+    cluster: ClusterConfig = ClusterConfig()
+    overrides: list[str] = Field(default_factory=list, description="extra trainer overrides, passed through")
+
+
+class GRPOStage(StrictModel):
+    """GRPO on the reflection reward (paper Table 5: lr 1e-6, 200 steps, batch 64, 8 rollouts, KL 0.003)."""
+
+    kind: Literal["grpo"]
+    trainer: Literal["trl", "verl"] = "trl"
+    model: str = Field(description="a key of the recipe's `models`: the base model")
+    init: str | None = Field(default=None, description="an sft stage of this recipe (or a checkpoint) to start from")
+    data: str = Field(description="a reflection_data stage of this recipe, or a dataset folder it wrote")
+    reward: RewardConfig = RewardConfig()
+    lora: LoraConfig | None = Field(default_factory=LoraConfig, description="null: full fine-tuning")
+    lr: PositiveFloat = 1e-6
+    max_steps: PositiveInt = 200
+    batch_size: PositiveInt = Field(default=64, description="prompts per step")
+    micro_batch_size: PositiveInt = Field(default=1, description="per device, in sequences")
+    rollouts: PositiveInt = Field(default=8, description="samples per prompt (the GRPO group)")
+    kl_coef: NonNegativeFloat = Field(default=0.003, description="KL loss coefficient; 0 drops the reference model")
+    # grpo: per-sequence token mean (length-biased); dapo: token mean over the batch; dr_grpo: sum over a fixed
+    # length and no std scaling. The last two remove GRPO's preference for long wrong / short right answers.
+    loss: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
+    max_prompt_length: PositiveInt = 2048
+    max_response_length: PositiveInt = 1024
+    temperature: PositiveFloat = 1.0
+    checkpoints: LoggingTarget = LoggingTarget()
+    cluster: ClusterConfig = ClusterConfig()
+    overrides: list[str] = Field(default_factory=list, description="extra trainer overrides, passed through")

@@ -1,0 +1,142 @@
+"""Held-out evaluation of a reflector: reward and its parts on the eval split, plus the collab online check."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from rich.console import Console
+
+from memrl.context import progress
+from memrl.envs.collab.agents import AgentKind
+from memrl.envs.collab.config import CollabEvalConfig
+from memrl.errors import ConfigError
+from memrl.jsonl import ResumableJsonl
+from memrl.rewards.config import RewardConfig
+from memrl.rewards.reward import RewardScorer
+from memrl.rewards.types import GroundTruth
+from memrl.rollout.base import SamplingParams
+from memrl.rollout.hf_local import HFBackend
+from memrl.train.checkpoints import is_adapter, resolve_model
+from memrl.train.export import export_checkpoint
+
+
+def servable_model(ref: str) -> str:
+    """A full model folder for `ref`; an adapter is merged once into `merged/` beside it."""
+    path = Path(resolve_model(ref))
+    if not (path.is_dir() and is_adapter(path)):
+        return str(path)
+    merged = path.parent / f"{path.name}-merged"
+    if not (merged / "config.json").is_file():
+        export_checkpoint(path, merged)
+    return str(merged)
+
+
+def load_eval_split(data_dir: Path, max_samples: int | None) -> list[dict[str, Any]]:
+    path = data_dir / "rl" / "eval.jsonl" if data_dir.is_dir() else data_dir
+    if not path.is_file():
+        raise ConfigError(f"eval data {path} does not exist (a reflection_data folder or its rl/eval.jsonl)")
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            rows.append({"key": row["key"], "prompt": row["prompt"], "ground_truth": row["ground_truth"]})
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ConfigError(f"{path}:{n}: expected a JSON object with key, prompt and ground_truth") from None
+    return rows[:max_samples] if max_samples else rows
+
+
+def evaluate_reflector(
+    model: str,
+    data: Path,
+    out_dir: Path,
+    reward: RewardConfig,
+    sampling: SamplingParams,
+    console: Console,
+    *,
+    max_samples: int | None = None,
+    batch_size: int = 8,
+) -> dict[str, Any]:
+    """Generate a reflection per eval prompt (resumable), score them all, write and return `metrics.json`."""
+    rows = load_eval_split(data, max_samples)
+    sink = ResumableJsonl(out_dir / "generations.jsonl")
+    todo = [r for r in rows if r["key"] not in sink.done]
+    if todo:
+        backend = HFBackend(servable_model(model), batch_size=batch_size)
+        try:
+            with progress(console) as bar:
+                task = bar.add_task(f"reflecting ({Path(model).name})", total=len(todo))
+                for start in range(0, len(todo), batch_size):
+                    chunk = todo[start : start + batch_size]
+                    for row, done in zip(chunk, backend.generate([r["prompt"] for r in chunk], sampling), strict=True):
+                        sink.append({"key": row["key"], "completion": done.text, "finish_reason": done.finish_reason})
+                    bar.advance(task, len(chunk))
+        finally:
+            backend.close()
+    completions = {r["key"]: r["completion"] for r in _read(sink.path)}
+    keys = [r["key"] for r in rows]
+    truths = [GroundTruth.from_obj(r["ground_truth"]) for r in rows]
+    parts = asyncio.run(RewardScorer(reward).ascore([completions[k] for k in keys], truths))
+    scored = [{"key": k, "completion": completions[k], **p.to_dict()} for k, p in zip(keys, parts, strict=True)]
+    (out_dir / "scores.jsonl").write_text("".join(json.dumps(s) + "\n" for s in scored))
+    metrics = summarize(scored)
+    metrics["model"] = model
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
+def summarize(scored: list[dict[str, Any]]) -> dict[str, Any]:
+    judged = [s for s in scored if not s["judge_failed"]]
+    named = [s for s in judged if s.get("n_hallucinated") is not None]
+
+    def mean(key: str, rows: list[dict[str, Any]]) -> float | None:
+        values = [float(r[key]) for r in rows if r.get(key) is not None]
+        return round(fmean(values), 4) if values else None
+
+    return {
+        "n": len(scored),
+        "score": mean("score", judged),
+        "coverage": mean("coverage", judged),
+        "format": mean("format", scored),
+        "judge_score": mean("judge_score", judged),
+        # Only judges that name the preferences they found (the offline one) can tell hallucinations apart.
+        "hallucination_rate": round(fmean(s["n_hallucinated"] > 0 for s in named), 4) if named else None,
+        "notes_tokens": mean("notes_tokens", scored),
+        "judge_failures": len(scored) - len(judged),
+    }
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def online_check(models: dict[str, str], cfg: CollabEvalConfig, out_dir: Path, console: Console) -> dict[str, Any]:
+    """Run the same collab evaluation with each model as the memory agent's reflector; compare with the first.
+
+    Returns per model the overall task success, user effort and length, and the per-session deltas against the
+    first model listed (usually the untrained base).
+    """
+    from memrl.envs.collab.metrics import write_comparison, write_report
+    from memrl.envs.collab.runner import run_collab
+    from memrl.rollout.config import HFModelConfig
+
+    summary: dict[str, Any] = {}
+    labels = list(models)
+    for label in labels:
+        reflector = HFModelConfig(backend="hf", model=servable_model(models[label]))
+        run_cfg = cfg.model_copy(update={"agent": AgentKind.MEMORY, "reflector": reflector})
+        run_dir = out_dir / label
+        console.print(f"online check: collab with the {label} reflector")
+        metrics = write_report(run_collab(run_cfg, run_dir, console), run_dir)
+        summary[label] = {k: metrics.get(k) for k in ("task_success", "user_effort", "length", "sessions")}
+        summary[label]["reflection_parse_failures"] = metrics.get("parse_failures", {}).get("reflection", 0)
+    for label in labels[1:]:
+        deltas = write_comparison(out_dir / label, out_dir / labels[0], out_dir / f"{label}-vs-{labels[0]}")
+        summary[label]["deltas_vs_" + labels[0]] = deltas
+    (out_dir / "online.json").write_text(json.dumps(summary, indent=2))
+    return summary

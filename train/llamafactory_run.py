@@ -1,0 +1,228 @@
+"""SFT with LLaMA-Factory: a recipe stage becomes the YAML `llamafactory-cli train` reads, run in its own environment.
+
+The dataset is the `llamafactory/` folder data_gen writes (dataset_info.json names the train and eval splits).
+On several GPUs LLaMA-Factory starts torchrun itself and memrl adds a DeepSpeed ZeRO-2 config; several nodes take
+LLaMA-Factory's own variables (NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT) on each node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memrl.errors import ConfigError, MemrlError
+from memrl.train.config import LoraConfig, SFTStage
+from memrl.train.launch import run_logged
+
+TRAIN_DATASET = "memrl_reflection_train"
+EVAL_DATASET = "memrl_reflection_eval"
+DATASET_SUBDIR = "llamafactory"
+DEEPSPEED_FILE = "ds_z2_config.json"
+DEFAULT_TEMPLATE = "chatml"
+_EXPONENT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
+
+# ZeRO-2 with every size left to the HF Trainer ("auto"), which fills them from the YAML's batch settings.
+ZERO2: dict[str, Any] = {
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "zero_allow_untested_optimizer": True,
+    "bf16": {"enabled": "auto"},
+    "fp16": {"enabled": "auto"},
+    "zero_optimization": {
+        "stage": 2,
+        "overlap_comm": False,
+        "contiguous_gradients": True,
+        "reduce_scatter": True,
+        "allgather_partitions": True,
+        "allgather_bucket_size": 500_000_000,
+        "reduce_bucket_size": 500_000_000,
+    },
+}
+
+
+def dataset_folder(data_dir: Path) -> Path:
+    """The LLaMA-Factory dataset folder of a data_gen output (or that folder itself)."""
+    for folder in (data_dir / DATASET_SUBDIR, data_dir):
+        info = folder / "dataset_info.json"
+        if info.is_file():
+            names = set(json.loads(info.read_text()))
+            missing = {TRAIN_DATASET, EVAL_DATASET} - names
+            if missing:
+                raise ConfigError(f"{info} does not define {sorted(missing)}")
+            return folder
+    raise ConfigError(f"{data_dir}: no {DATASET_SUBDIR}/dataset_info.json; run the reflection_data stage first")
+
+
+def template_for(model_path: str) -> str:
+    """LLaMA-Factory's chat template for a model: from its config.json when local, else from its name."""
+    config_file = Path(model_path).expanduser() / "config.json"
+    if config_file.is_file():
+        config = json.loads(config_file.read_text())
+        model_type = str(config.get("model_type", ""))
+        if model_type == "qwen3":
+            return "qwen3"
+        if model_type.startswith("qwen2"):
+            return "qwen"
+        # Llama 3.x has the 128k vocabulary; Llama 2 and other llama-shaped models keep the default.
+        if model_type == "llama" and int(config.get("vocab_size", 0)) >= 128_000:
+            return "llama3"
+        return DEFAULT_TEMPLATE
+    name = model_path.lower().replace("_", "-")
+    if "qwen3" in name:
+        return "qwen3"
+    if "qwen2" in name or "qwen-2" in name:
+        return "qwen"
+    if "llama-3" in name or "llama3" in name:
+        return "llama3"
+    return DEFAULT_TEMPLATE
+
+
+def _lora_target(lora: LoraConfig) -> str:
+    if isinstance(lora.target_modules, str):
+        return "all" if lora.target_modules == "all-linear" else lora.target_modules
+    return ",".join(lora.target_modules)
+
+
+def sft_yaml(
+    stage: SFTStage,
+    *,
+    model_path: str,
+    dataset_dir: Path,
+    out_dir: Path,
+    cpu: bool,
+    report_to: str = "none",
+    run_name: str | None = None,
+    seed: int = 42,
+    resume: bool = True,
+) -> dict[str, Any]:
+    """The `llamafactory-cli train` arguments for an SFT stage; `stage.overrides` (`key=value`) are applied last.
+
+    `dataset_dir` is the folder holding dataset_info.json (see `dataset_folder`). A relative `deepspeed` entry is
+    resolved next to the YAML by `write_yaml`, which also writes the ZeRO-2 config there.
+    """
+    world = 1 if cpu else stage.cluster.nnodes * stage.cluster.gpus_per_node
+    per_step = stage.micro_batch_size * world
+    if stage.batch_size % per_step:
+        raise ConfigError(
+            f"LLaMA-Factory SFT: batch_size {stage.batch_size} is not a multiple of "
+            f"micro_batch_size {stage.micro_batch_size} x {world} device(s)"
+        )
+    args: dict[str, Any] = {
+        "model_name_or_path": model_path,
+        "trust_remote_code": False,
+        "stage": "sft",
+        "do_train": True,
+        "finetuning_type": "full" if stage.lora is None else "lora",
+    }
+    if stage.lora is not None:
+        args |= {
+            "lora_rank": stage.lora.rank,
+            "lora_alpha": stage.lora.alpha,
+            "lora_dropout": stage.lora.dropout,
+            "lora_target": _lora_target(stage.lora),
+        }
+    args |= {
+        "dataset": TRAIN_DATASET,
+        "eval_dataset": EVAL_DATASET,
+        "dataset_dir": str(dataset_dir),
+        "template": template_for(model_path),
+        "cutoff_len": stage.max_length,
+        "overwrite_cache": True,
+        "output_dir": str(out_dir),
+        "logging_steps": stage.checkpoints.logging_steps,
+        "save_strategy": "steps",
+        "save_steps": stage.checkpoints.save_steps,
+        "plot_loss": True,
+        # LLaMA-Factory resumes from the newest checkpoint-N in output_dir unless told to overwrite it.
+        "overwrite_output_dir": not resume,
+        "report_to": report_to,
+        "per_device_train_batch_size": stage.micro_batch_size,
+        "gradient_accumulation_steps": stage.batch_size // per_step,
+        "learning_rate": stage.lr,
+        "num_train_epochs": float(stage.epochs),
+        "warmup_ratio": stage.warmup_ratio,
+        "seed": seed,
+        "per_device_eval_batch_size": stage.micro_batch_size,
+        "eval_strategy": "steps",
+        "eval_steps": stage.checkpoints.save_steps,
+    }
+    if stage.max_steps is not None:
+        args["max_steps"] = stage.max_steps
+    if run_name is not None:
+        args["run_name"] = run_name
+    if cpu:
+        # fp32 on CPU; no worker processes on a small shared machine.
+        args |= {"use_cpu": True, "bf16": False, "dataloader_num_workers": 0}
+    else:
+        args |= {"bf16": True, "ddp_timeout": 180_000}
+        if world > 1:
+            args["deepspeed"] = DEEPSPEED_FILE
+    return apply_overrides(args, stage.overrides)
+
+
+def apply_overrides(args: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`key=value` pairs (values read as YAML) set or replace arguments; LLaMA-Factory's parser checks the keys."""
+    out = dict(args)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"LLaMA-Factory override {item!r} is not key=value")
+        out[key] = _scalar(raw)
+    return out
+
+
+def _scalar(raw: str) -> Any:
+    """A YAML value, with `2e-5` read as the number it means (YAML 1.1 wants `2.0e-5`)."""
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    if isinstance(value, str) and _EXPONENT.match(value):
+        return float(value)
+    return value
+
+
+def write_yaml(args: Mapping[str, Any], path: Path) -> Path:
+    """Write the YAML (and, when it names a relative DeepSpeed file, our ZeRO-2 config next to it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = dict(args)
+    deepspeed = out.get("deepspeed")
+    if isinstance(deepspeed, str) and not Path(deepspeed).is_absolute():
+        ds_path = path.parent / deepspeed
+        if not ds_path.exists():
+            ds_path.write_text(json.dumps(ZERO2, indent=2) + "\n")
+        out["deepspeed"] = str(ds_path.resolve())
+    path.write_text(yaml.safe_dump(out, sort_keys=False))
+    return path
+
+
+def launch_env(stage: SFTStage, cpu: bool) -> dict[str, str]:
+    """Variables LLaMA-Factory's launcher reads: torchrun across this node's GPUs, and the node count."""
+    if cpu:
+        return {"CUDA_VISIBLE_DEVICES": ""}
+    env = {"NPROC_PER_NODE": str(stage.cluster.gpus_per_node), "NNODES": str(stage.cluster.nnodes)}
+    if stage.cluster.nnodes * stage.cluster.gpus_per_node > 1:
+        env["FORCE_TORCHRUN"] = "1"
+    return env
+
+
+def command(yaml_path: Path, cli_path: Path) -> list[str]:
+    return [str(cli_path), "train", str(yaml_path)]
+
+
+def run_llamafactory(
+    yaml_path: Path, cli_path: Path, log: Path, *, env: Mapping[str, str] | None = None, tail: int = 20
+) -> None:
+    """Run `llamafactory-cli train` from its own environment; output goes to the console and `log`."""
+    if not cli_path.is_file():
+        raise MemrlError(f"{cli_path} does not exist: create the environment with `memrl env llamafactory`")
+    base = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "PIP_CONSTRAINT"}}
+    base["PATH"] = f"{cli_path.parent}:{base.get('PATH', '')}"
+    argv = command(yaml_path, cli_path)
+    run_logged(argv, log, name="llamafactory-cli train", shown=" ".join(argv), env=base | dict(env or {}), tail=tail)

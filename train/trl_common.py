@@ -1,0 +1,110 @@
+"""What TRL's SFT and GRPO runs share: trainer arguments, pass-through overrides, resume, the final save."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memrl.errors import ConfigError, closest
+from memrl.train.checkpoints import CheckpointInfo, last_step_dir
+from memrl.train.config import LoraConfig
+
+
+@dataclass(frozen=True)
+class TrainContext:
+    """What a stage runner hands a trainer: where to write, how to log, the seed."""
+
+    out_dir: Path
+    stage: str
+    seed: int
+    report_to: str  # "wandb" or "none"
+    run_name: str
+
+
+def device_args() -> dict[str, Any]:
+    import torch
+
+    if torch.cuda.is_available():
+        return {"bf16": torch.cuda.is_bf16_supported(), "fp16": False}
+    # CPU: bf16 autocast where the cores have bf16 instructions (about 1.3x faster measured on 2 cores of a
+    # Zen 4 EPYC), else fp32; no dataloader workers, the machine has few cores to share.
+    bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return {"use_cpu": True, "bf16": bf16, "fp16": False, "dataloader_num_workers": 0}
+
+
+def accumulation_steps(total: int, micro: int, stage: str, what: str) -> int:
+    """Gradient accumulation that turns micro batches into the stage's global batch (one device)."""
+    steps, remainder = divmod(total, micro)
+    if remainder:
+        raise ConfigError(f"stages.{stage}: {what} ({total}) must be a multiple of micro_batch_size ({micro})")
+    return steps
+
+
+def base_args(ctx: TrainContext, *, lr: float, save_steps: int, logging_steps: int) -> dict[str, Any]:
+    return {
+        "output_dir": str(ctx.out_dir),
+        "learning_rate": lr,
+        "save_steps": save_steps,
+        "save_strategy": "steps",
+        "logging_steps": logging_steps,
+        "report_to": ctx.report_to,
+        "run_name": ctx.run_name,
+        "seed": ctx.seed,
+        "data_seed": ctx.seed,
+        **device_args(),
+    }
+
+
+def apply_overrides(config_cls: type, args: dict[str, Any], overrides: Sequence[str], stage: str) -> dict[str, Any]:
+    """`name=value` pairs set fields of the TRL config class; unknown names fail before training starts."""
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    out = dict(args)
+    for item in overrides:
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"stages.{stage}.overrides: {item!r} is not name=value")
+        if name not in fields:
+            match = closest(name, fields)
+            hint = f" (did you mean {match!r}?)" if match else ""
+            raise ConfigError(f"stages.{stage}.overrides: {config_cls.__name__} has no field {name!r}{hint}")
+        out[name] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
+def peft_config(lora: LoraConfig) -> Any:
+    from peft import LoraConfig as PeftLoraConfig
+
+    return PeftLoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def resume_point(out_dir: Path) -> str | None:
+    """The newest checkpoint of an interrupted run of this stage (resume continues the same data order)."""
+    last = last_step_dir(out_dir)
+    return str(last) if last is not None else None
+
+
+def save_final(trainer: Any, tokenizer: Any, ctx: TrainContext, *, base: str, trainer_name: str) -> Path:
+    """Write `final/` atomically enough: the info file goes last, so its presence means the stage finished."""
+    final = ctx.out_dir / "final"
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    (ctx.out_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
+    adapter = (final / "adapter_config.json").is_file()
+    CheckpointInfo(base, trainer_name, ctx.stage, int(trainer.state.global_step), adapter).save(final)
+    return final
+
+
+def is_finished(out_dir: Path) -> bool:
+    return (out_dir / "final" / "memrl_checkpoint.json").is_file()

@@ -1,0 +1,100 @@
+"""GRPO with TRL's GRPOTrainer on one node (CPU ok): the reflection reward from `memrl.rewards`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from memrl.errors import ConfigError
+from memrl.train.checkpoints import (
+    adapter_base,
+    is_adapter,
+    load_causal_lm,
+    portable_ref,
+    resolve_model,
+    tokenizer_source,
+)
+from memrl.train.config import GRPOStage
+from memrl.train.trl_common import (
+    TrainContext,
+    accumulation_steps,
+    apply_overrides,
+    base_args,
+    peft_config,
+    resume_point,
+    save_final,
+)
+
+
+def load_rl_split(data_dir: Path, split: str, tokenizer: Any, max_prompt_length: int) -> tuple[Any, int]:
+    """RL prompts with their ground truth; prompts longer than the budget are dropped (TRL has no prompt cut)."""
+    from datasets import load_dataset
+
+    path = data_dir / "rl" / f"{split}.jsonl"
+    if not path.is_file():
+        raise ConfigError(f"RL data {path} does not exist (run the reflection_data stage first)")
+    data = load_dataset("json", data_files=str(path), split="train")
+    data = data.select_columns(["prompt", "ground_truth"])
+
+    def fits(row: dict[str, Any]) -> bool:
+        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+        return len(ids["input_ids"] if isinstance(ids, dict) else ids) <= max_prompt_length
+
+    kept = data.filter(fits)
+    return kept, len(data) - len(kept)
+
+
+def policy_model(stage: GRPOStage, base_model: str) -> tuple[Any, Any, str]:
+    """(model, peft_config, base ref). An SFT adapter keeps training as is; a full model gets a fresh adapter."""
+    start = resolve_model(stage.init) if stage.init else resolve_model(base_model)
+    if is_adapter(Path(start)):
+        base = adapter_base(Path(start))
+        if stage.lora is not None:
+            return load_causal_lm(start, trainable_adapter=True), None, base
+        return load_causal_lm(start), None, base  # full fine-tuning from the merged warm-up
+    lora = peft_config(stage.lora) if stage.lora is not None else None
+    return load_causal_lm(start), lora, portable_ref(stage.init or base_model)
+
+
+def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainContext, console: Any) -> Path:
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from memrl.rewards.trl_reward import reward_funcs, reward_weights
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(stage.init or base_model))
+    train, dropped = load_rl_split(data_dir, "train", tokenizer, stage.max_prompt_length)
+    if dropped:
+        console.print(f"{ctx.stage}: dropped {dropped} prompts longer than {stage.max_prompt_length} tokens")
+    if len(train) == 0:
+        raise ConfigError(f"stages.{ctx.stage}: no training prompt fits max_prompt_length={stage.max_prompt_length}")
+    completions = stage.batch_size * stage.rollouts
+    accumulation = accumulation_steps(completions, stage.micro_batch_size, ctx.stage, "batch_size x rollouts")
+    args = base_args(
+        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
+    )
+    args.update(
+        max_steps=stage.max_steps,
+        per_device_train_batch_size=stage.micro_batch_size,
+        gradient_accumulation_steps=accumulation,
+        generation_batch_size=completions,  # one generation round feeds exactly one optimizer step
+        num_generations=stage.rollouts,
+        max_completion_length=stage.max_response_length,
+        temperature=stage.temperature,
+        beta=stage.kl_coef,
+        loss_type=stage.loss,
+        scale_rewards="none" if stage.loss == "dr_grpo" else "group",
+        reward_weights=reward_weights(stage.reward),
+    )
+    config = GRPOConfig(**apply_overrides(GRPOConfig, args, stage.overrides, ctx.stage))
+    model, lora, base = policy_model(stage, base_model)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs(stage.reward),
+        args=config,
+        train_dataset=train,
+        processing_class=tokenizer,
+        peft_config=lora,
+    )
+    trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
+    return save_final(trainer, tokenizer, ctx, base=base, trainer_name="trl-grpo")

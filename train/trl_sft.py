@@ -1,0 +1,67 @@
+"""SFT warm-up with TRL's SFTTrainer: the loss covers the gold reflection only, never the prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from memrl.errors import ConfigError
+from memrl.train.checkpoints import load_causal_lm, portable_ref, tokenizer_source
+from memrl.train.config import SFTStage
+from memrl.train.trl_common import (
+    TrainContext,
+    accumulation_steps,
+    apply_overrides,
+    base_args,
+    peft_config,
+    resume_point,
+    save_final,
+)
+
+
+def load_sft_split(data_dir: Path, split: str) -> Any:
+    """The data_gen messages file as prompt/completion pairs (TRL then masks the prompt out of the loss)."""
+    from datasets import load_dataset
+
+    path = data_dir / "sft" / f"{split}.jsonl"
+    if not path.is_file():
+        raise ConfigError(f"SFT data {path} does not exist (run the reflection_data stage first)")
+    data = load_dataset("json", data_files=str(path), split="train")
+    return data.map(
+        lambda row: {"prompt": row["messages"][:-1], "completion": row["messages"][-1:]},
+        remove_columns=data.column_names,
+    )
+
+
+def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContext) -> Path:
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    train = load_sft_split(data_dir, "train")
+    evaluation = load_sft_split(data_dir, "eval")
+    accumulation = accumulation_steps(stage.batch_size, stage.micro_batch_size, ctx.stage, "batch_size")
+    args = base_args(
+        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
+    )
+    args.update(
+        num_train_epochs=stage.epochs,
+        max_steps=stage.max_steps or -1,
+        per_device_train_batch_size=stage.micro_batch_size,
+        per_device_eval_batch_size=stage.micro_batch_size,
+        gradient_accumulation_steps=accumulation,
+        warmup_ratio=stage.warmup_ratio,
+        max_length=stage.max_length,
+        eval_strategy="epoch",
+    )
+    config = SFTConfig(**apply_overrides(SFTConfig, args, stage.overrides, ctx.stage))
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(base_model))
+    trainer = SFTTrainer(
+        model=load_causal_lm(base_model),
+        args=config,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        processing_class=tokenizer,
+        peft_config=peft_config(stage.lora) if stage.lora is not None else None,
+    )
+    trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
+    return save_final(trainer, tokenizer, ctx, base=portable_ref(base_model), trainer_name="trl-sft")
