@@ -185,3 +185,22 @@ def test_dry_run_refuses_an_unknown_verl_override(tmp_path: Path) -> None:
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]  # progress lines come first; the error is one line
     assert last.startswith("memrl: error: ") and "did you mean 'actor_rollout_ref.actor.optim.lr'" in last
+
+
+def test_full_fine_tuning_saves_a_whole_model(smoke_run: Path, tmp_path: Path) -> None:
+    """`lora: null` trains every weight; `final/` is then a full model, not an adapter."""
+    from memrl.errors import ConfigError
+    from memrl.train.checkpoints import is_adapter, read_info
+    from memrl.train.config import SFTStage
+    from memrl.train.trl_common import TrainContext
+    from memrl.train.trl_sft import train_sft
+
+    stage = SFTStage(kind="sft", model="policy", data="data", lora=None, lr=1e-4, max_steps=1, batch_size=2,
+                     micro_batch_size=2, max_length=4096)  # fmt: skip
+    ctx = TrainContext(tmp_path / "sft", "sft", seed=0, report_to="none", run_name="full")
+    with pytest.raises(ConfigError, match="max_length=64: no SFT sample fits"):
+        train_sft(stage.model_copy(update={"max_length": 64}), "tiny-qwen2", smoke_run / "data", ctx)
+    final = train_sft(stage, "tiny-qwen2", smoke_run / "data", ctx)
+    assert not is_adapter(final) and (final / "model.safetensors").is_file()
+    info = read_info(final)
+    assert info is not None and info.steps == 1 and not info.adapter and info.base == "tiny-qwen2"

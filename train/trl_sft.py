@@ -55,6 +55,7 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
     )
     config = SFTConfig(**apply_overrides(SFTConfig, args, stage.overrides, ctx.stage))
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(base_model))
+    _check_some_fit(train, tokenizer, stage.max_length, ctx.stage)
     trainer = SFTTrainer(
         model=load_causal_lm(base_model),
         args=config,
@@ -65,3 +66,15 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
     )
     trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
     return save_final(trainer, tokenizer, ctx, base=portable_ref(base_model), trainer_name="trl-sft")
+
+
+def _check_some_fit(data: Any, tokenizer: Any, max_length: int, stage: str) -> None:
+    """TRL drops samples whose completion is cut away entirely; fail clearly before it is left with none."""
+    shortest = min(
+        len(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"])
+        for row in data
+    )
+    if shortest >= max_length:
+        raise ConfigError(
+            f"stages.{stage}.max_length={max_length}: no SFT sample fits (the shortest prompt has {shortest} tokens)"
+        )
