@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -204,3 +205,24 @@ def test_full_fine_tuning_saves_a_whole_model(smoke_run: Path, tmp_path: Path) -
     assert not is_adapter(final) and (final / "model.safetensors").is_file()
     info = read_info(final)
     assert info is not None and info.steps == 1 and not info.adapter and info.base == "tiny-qwen2"
+
+
+def test_eval_reflector_with_an_llm_judge_behind_an_endpoint(
+    smoke_run: Path, smollm2_server: Any, tmp_path: Path
+) -> None:
+    """The LLM judge names no preference ids: failures are counted and no hallucination rate is made up."""
+    out = tmp_path / "eval-llm"
+    result = memrl(
+        "eval", "reflector", "--model", str(smoke_run / "export"), "--data", str(smoke_run / "data"),
+        "--out", str(out), "--max-samples", "2", "--max-tokens", "8",
+        "--judge", "llm", "--endpoint", smollm2_server.url, "--judge-model", smollm2_server.name,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    metrics = json.loads(result.stdout)
+    scored = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert metrics["n"] == 2 and len(scored) == 2
+    assert metrics["judge_failures"] == sum(s["judge_failed"] for s in scored)
+    assert metrics["hallucination_rate"] is None
+    for s in scored:
+        assert s["judge_failed"] or 0.0 <= s["judge_score"] <= 3.0
