@@ -18,8 +18,10 @@ from memrl.jsonl import ResumableJsonl
 from memrl.rewards.config import RewardConfig
 from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import GroundTruth
-from memrl.rollout.base import SamplingParams
-from memrl.rollout.hf_local import HFBackend
+from memrl.rollout.base import ChatBackend, SamplingParams
+from memrl.rollout.builder import build_backend
+from memrl.rollout.config import HFModelConfig, VLLMModelConfig
+from memrl.rollout.serve import pick_engine
 from memrl.train.checkpoints import is_adapter, resolve_model
 from memrl.train.export import export_checkpoint
 
@@ -33,6 +35,13 @@ def servable_model(ref: str) -> str:
     if not (merged / "config.json").is_file():
         export_checkpoint(path, merged)
     return str(merged)
+
+
+def reflector_backend(path: str, batch_size: int) -> ChatBackend:
+    """vLLM in-process where vLLM and a GPU are present (7B/8B evaluations), else transformers."""
+    if pick_engine("auto") == "vllm":
+        return build_backend(VLLMModelConfig(backend="vllm", model=path))
+    return build_backend(HFModelConfig(backend="hf", model=path, batch_size=batch_size))
 
 
 def load_eval_split(data_dir: Path, max_samples: int | None) -> list[dict[str, Any]]:
@@ -67,7 +76,7 @@ def evaluate_reflector(
     sink = ResumableJsonl(out_dir / "generations.jsonl")
     todo = [r for r in rows if r["key"] not in sink.done]
     if todo:
-        backend = HFBackend(servable_model(model), batch_size=batch_size)
+        backend = reflector_backend(servable_model(model), batch_size)
         try:
             with progress(console) as bar:
                 task = bar.add_task(f"reflecting ({Path(model).name})", total=len(todo))
@@ -123,7 +132,6 @@ def online_check(models: dict[str, str], cfg: CollabEvalConfig, out_dir: Path, c
     """
     from memrl.envs.collab.metrics import write_comparison, write_report
     from memrl.envs.collab.runner import run_collab
-    from memrl.rollout.config import HFModelConfig
 
     summary: dict[str, Any] = {}
     labels = list(models)
