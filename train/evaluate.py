@@ -87,7 +87,7 @@ def evaluate_reflector(
                     bar.advance(task, len(chunk))
         finally:
             backend.close()
-    completions = {r["key"]: r["completion"] for r in _read(sink.path)}
+    completions = {r["key"]: r["completion"] for r in sink.records()}
     keys = [r["key"] for r in rows]
     truths = [GroundTruth.from_obj(r["ground_truth"]) for r in rows]
     parts = asyncio.run(RewardScorer(reward).ascore([completions[k] for k in keys], truths))
@@ -118,10 +118,6 @@ def summarize(scored: list[dict[str, Any]]) -> dict[str, Any]:
         "notes_tokens": mean("notes_tokens", scored),
         "judge_failures": len(scored) - len(judged),
     }
-
-
-def _read(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def online_check(models: dict[str, str], cfg: CollabEvalConfig, out_dir: Path, console: Console) -> dict[str, Any]:

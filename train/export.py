@@ -26,13 +26,14 @@ def export_checkpoint(checkpoint: Path, out: Path, *, lora_alpha: int | None = N
         model = load_causal_lm(str(source))
         model.save_pretrained(staging / "model", safe_serialization=True)
         _save_tokenizer(str(source), staging / "model")
-        info = read_info(Path(resolve_model(str(source))))
+        resolved = Path(resolve_model(str(source)))
+        info = read_info(resolved)
         meta: dict[str, Any] = {
             "source": str(checkpoint.resolve()),
             "base": info.base if info else None,
             "trainer": info.trainer if info else None,
             "steps": info.steps if info else None,
-            "merged_lora": is_adapter(Path(resolve_model(str(source)))),
+            "merged_lora": is_adapter(resolved),
             "evaluation": {},
         }
         (staging / "model" / EXPORT_FILE).write_text(json.dumps(meta, indent=2))

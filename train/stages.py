@@ -58,8 +58,12 @@ def _train_context(ctx: RunContext, name: str) -> TrainContext:
         os.environ.setdefault("WANDB_DIR", str(ctx.run_dir))
         if logging.entity:
             os.environ.setdefault("WANDB_ENTITY", logging.entity)
-    report_to = "wandb" if logging.backend == "wandb" and logging.mode != "disabled" else "none"
+    report_to = "wandb" if _wandb_on(ctx) else "none"
     return TrainContext(ctx.stage_dir(name), name, ctx.recipe.seed, report_to, f"{ctx.recipe.name}-{name}")
+
+
+def _wandb_on(ctx: RunContext) -> bool:
+    return ctx.recipe.logging.backend == "wandb" and ctx.recipe.logging.mode != "disabled"
 
 
 Launcher = Callable[[Any, RunContext, str, str, Path], None]
@@ -149,7 +153,7 @@ def _grpo_logs(ctx: RunContext) -> dict[str, Path]:
 
 
 def _logger(ctx: RunContext) -> Literal["wandb", "console"]:
-    return "wandb" if _train_context(ctx, "").report_to == "wandb" else "console"
+    return "wandb" if _wandb_on(ctx) else "console"
 
 
 def _verl_start(ref: str, ctx: RunContext) -> tuple[str, str | None]:
