@@ -14,7 +14,9 @@ from rich.table import Table
 
 from memrl.data_cli import data_app
 from memrl.envs.collab.cli import collab_app, eval_collab
+from memrl.envs.tod.cli import eval_tod
 from memrl.errors import MemrlError
+from memrl.judger_cli import eval_judger
 from memrl.reflector_cli import eval_reflector, export
 from memrl.reward_cli import reward_app
 
@@ -37,6 +39,8 @@ app.add_typer(data_app, name="data")
 app.add_typer(reward_app, name="reward")
 eval_app.command("collab")(eval_collab)
 eval_app.command("reflector")(eval_reflector)
+eval_app.command("judger")(eval_judger)
+eval_app.command("tod")(eval_tod)
 app.command("export")(export)
 
 console = Console(stderr=True)

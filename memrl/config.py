@@ -11,7 +11,7 @@ from memrl.envs.collab.config import CollabEvalConfig
 from memrl.rewards.config import RewardConfig
 from memrl.rollout.config import ModelConfig, SamplingConfig
 from memrl.schema import StrictModel
-from memrl.train.config import GRPOStage, SFTStage
+from memrl.train.config import GRPOStage, JudgerStage, SFTStage
 
 
 class LoggingConfig(StrictModel):
@@ -100,8 +100,35 @@ class EvalReflectorStage(StrictModel):
     online: OnlineCheck | None = None
 
 
+class EvalJudgerStage(StrictModel):
+    """Recall@k of the gold memories on the eval split: retrieval alone, the judger alone, fused across alpha; AUC."""
+
+    kind: Literal["eval_judger"]
+    judger: str | None = Field(
+        default=None, description="a judger stage of this recipe or a trained judger folder; null: retrieval only"
+    )
+    data: str | None = Field(
+        default=None, description="judger data folder (its eval/ split) or a stage of this recipe; default: `data`"
+    )
+    retriever: Literal["dense", "bm25", "hybrid"] = "dense"
+    top_units: PositiveInt | None = Field(default=3, description="memory units kept by intent alignment; null: all")
+    alpha: float = Field(default=0.5, ge=0, le=1, description="fused = alpha * retrieval + (1 - alpha) * judger")
+    alphas: list[Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    ks: list[PositiveInt] = Field(default_factory=lambda: [1, 3, 5], min_length=1)
+    batch_size: PositiveInt = 32
+    max_queries: PositiveInt | None = Field(default=None, description="only the first N queries (smoke runs)")
+
+
 StageConfig = Annotated[
-    PullModelsStage | GenerateStage | ReflectionDataStage | SFTStage | GRPOStage | ExportStage | EvalReflectorStage,
+    PullModelsStage
+    | GenerateStage
+    | ReflectionDataStage
+    | SFTStage
+    | GRPOStage
+    | ExportStage
+    | EvalReflectorStage
+    | JudgerStage
+    | EvalJudgerStage,
     Field(discriminator="kind"),
 ]
 
@@ -114,6 +141,9 @@ class Recipe(StrictModel):
     description: str = ""
     seed: int = 0
     output_dir: Path | None = Field(default=None, description="defaults to runs/<name>")
+    data: str | None = Field(
+        default=None, description="dataset folder for the stages that read data and name none (`memrl run R data=DIR`)"
+    )
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     logging: LoggingConfig = LoggingConfig()
     stages: dict[str, StageConfig] = Field(default_factory=dict)
@@ -131,7 +161,7 @@ class Recipe(StrictModel):
                 raise ValueError(f"stages.{stage_name}.model: {ref!r} is not a key of `models` (have: {have})")
         order = list(self.stages)
         for stage_name, stage in self.stages.items():
-            for key in ("data", "init", "checkpoint"):
+            for key in ("data", "init", "checkpoint", "judger"):
                 ref = getattr(stage, key, None)
                 if ref in self.stages and order.index(ref) >= order.index(stage_name):
                     raise ValueError(f"stages.{stage_name}.{key}: stage {ref!r} does not run before {stage_name!r}")

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from memrl import models
 from memrl.config import (
+    EvalJudgerStage,
     EvalReflectorStage,
     ExportStage,
     GenerateStage,
@@ -25,7 +26,8 @@ from memrl.jsonl import ResumableJsonl
 from memrl.recipe import LoadedRecipe
 from memrl.rollout.base import Message
 from memrl.train import stages as pipeline
-from memrl.train.config import GRPOStage, SFTStage
+from memrl.train.config import GRPOStage, JudgerStage, SFTStage
+from memrl.train.judger import stages as judger_stages
 
 
 def run_pull_models(stage: PullModelsStage, ctx: RunContext, name: str) -> None:
@@ -104,6 +106,8 @@ RUNNERS: dict[type[Any], Callable[[Any, RunContext, str], None]] = {
     GRPOStage: pipeline.run_grpo,
     ExportStage: pipeline.run_export,
     EvalReflectorStage: pipeline.run_eval_reflector,
+    JudgerStage: judger_stages.run_judger,
+    EvalJudgerStage: judger_stages.run_eval_judger,
 }
 
 

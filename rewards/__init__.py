@@ -3,6 +3,7 @@
 Import-light: the judges load their models when first built, not on import.
 """
 
+from memrl.rewards.bce import auto_pos_weight, judger_bce
 from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
 from memrl.rewards.format import FormatResult, extract_notes, format_reward
 from memrl.rewards.judge import Judge, build_judge
@@ -20,7 +21,9 @@ __all__ = [
     "RewardConfig",
     "RewardParts",
     "RewardScorer",
+    "auto_pos_weight",
     "build_judge",
     "extract_notes",
     "format_reward",
+    "judger_bce",
 ]

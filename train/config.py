@@ -81,3 +81,47 @@ class GRPOStage(StrictModel):
     checkpoints: LoggingTarget = LoggingTarget()
     cluster: ClusterConfig = ClusterConfig()
     overrides: list[str] = Field(default_factory=list, description="extra trainer overrides, passed through")
+
+
+class JudgerStage(StrictModel):
+    """The memory judger: P(a stored QA pair fills a slot the dialogue lacks), trained with BCE on an HF Trainer.
+
+    One GPU or CPU runs in-process; a cluster of more than one GPU runs the same stage under torchrun.
+    """
+
+    kind: Literal["judger"]
+    model: str = Field(description="a key of the recipe's `models`: the base model")
+    head: Literal["cross_encoder", "seq_cls", "yes_no"] = Field(
+        default="cross_encoder", description="cross_encoder (an encoder such as MiniLM), seq_cls or yes_no (causal LMs)"
+    )
+    data: str | None = Field(
+        default=None, description="judger data folder (train/, eval/) or a stage of this recipe; default: `data`"
+    )
+    lora: LoraConfig | None = Field(default=None, description="null: full fine-tuning (the small cross-encoder)")
+    lr: PositiveFloat = 5e-5
+    epochs: PositiveFloat = 2
+    max_steps: PositiveInt | None = Field(
+        default=None, description="stop after at most N steps (or at the end of `epochs`, whichever comes first)"
+    )
+    batch_size: PositiveInt = Field(default=32, description="global batch, in pairs")
+    micro_batch_size: PositiveInt = Field(default=16, description="per device; the rest is gradient accumulation")
+    max_length: PositiveInt = Field(default=256, description="tokens per input; the oldest turns go first")
+    warmup_ratio: NonNegativeFloat = 0.0
+    pos_weight: PositiveFloat | Literal["auto"] | None = Field(
+        default="auto", description="weight of the positive terms; auto: negatives / positives of the train split"
+    )
+    deepspeed: str | None = Field(default=None, description="zero2, zero3 (bundled configs) or a DeepSpeed JSON path")
+    bf16: bool | None = Field(default=None, description="null: where the device supports it")
+    checkpoints: LoggingTarget = LoggingTarget()
+    cluster: ClusterConfig = Field(
+        default_factory=lambda: ClusterConfig(gpus_per_node=1), description="more than one GPU: launched by torchrun"
+    )
+    overrides: list[str] = Field(default_factory=list, description="extra TrainingArguments fields, name=value")
+
+    @property
+    def world_size(self) -> int:
+        return self.cluster.nnodes * self.cluster.gpus_per_node
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1

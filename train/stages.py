@@ -51,7 +51,7 @@ def _collab_sessions(stage: ReflectionDataStage, split: str, users: int, out: Pa
     return run_collab(cfg, out, ctx.console)
 
 
-def _train_context(ctx: RunContext, name: str) -> TrainContext:
+def train_context(ctx: RunContext, name: str) -> TrainContext:
     logging = ctx.recipe.logging
     if logging.backend == "wandb":
         os.environ.setdefault("WANDB_PROJECT", logging.project)
@@ -93,7 +93,7 @@ def _trl_sft(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path)
         return
     from memrl.train.trl_sft import train_sft
 
-    ctx.console.print(f"{name}: checkpoint {train_sft(stage, base, data, _train_context(ctx, name))}")
+    ctx.console.print(f"{name}: checkpoint {train_sft(stage, base, data, train_context(ctx, name))}")
 
 
 def _trl_grpo(stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Path) -> None:
@@ -102,7 +102,7 @@ def _trl_grpo(stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Pat
         return
     from memrl.train.trl_grpo import train_grpo
 
-    ctx.console.print(f"{name}: checkpoint {train_grpo(stage, base, data, _train_context(ctx, name), ctx.console)}")
+    ctx.console.print(f"{name}: checkpoint {train_grpo(stage, base, data, train_context(ctx, name), ctx.console)}")
 
 
 def run_export(stage: ExportStage, ctx: RunContext, name: str) -> None:
@@ -238,7 +238,7 @@ def _launch_llamafactory(stage: SFTStage, ctx: RunContext, name: str, base: str,
 
     out = ctx.stage_dir(name)
     cpu = not torch.cuda.is_available()
-    train_ctx = _train_context(ctx, name)
+    train_ctx = train_context(ctx, name)
     args = lf.sft_yaml(
         stage,
         model_path=base if ctx.dry_run else resolve_model(base),

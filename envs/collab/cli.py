@@ -108,6 +108,7 @@ def eval_collab(
     """
     from pydantic import ValidationError
 
+    from memrl.envs.actors import claim_output
     from memrl.envs.collab.config import CollabEvalConfig, model_from_spec
     from memrl.envs.collab.metrics import write_report
     from memrl.envs.collab.problems import get_task
@@ -141,27 +142,10 @@ def eval_collab(
         )
     cfg = cfg.model_copy(update=update)
     get_task(cfg.task)  # an unknown task fails here, before any model starts
-    _check_resumable(out / "config.json", cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(cfg.model_dump_json(indent=2) + "\n")
+    claim_output(out, cfg, may_change={"sessions", "workers", "max_in_flight", "ray_address"})
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary JSON
         records = run_collab(cfg, out, console)
         metrics = write_report(records, out)
     summary = {k: metrics.get(k) for k in ("task_success", "user_effort", "length", "sessions", "users")}
     typer.echo(json.dumps(summary))
     console.print(f"wrote {out / 'sessions.jsonl'}, {out / 'metrics.json'}, {out / 'sessions.png'}")
-
-
-# What may change between a run and its resumption: how many sessions, and how the work is spread.
-_RESUMABLE_CHANGES = {"sessions", "workers", "max_in_flight", "ray_address"}
-
-
-def _check_resumable(saved: Path, cfg: Any) -> None:
-    """Refuse to mix sessions of two different setups in one output dir."""
-    if not saved.is_file():
-        return
-    before = json.loads(saved.read_text())
-    now = json.loads(cfg.model_dump_json())
-    changed = sorted(k for k in now.keys() - _RESUMABLE_CHANGES if before.get(k) != now[k])
-    if changed:
-        raise ConfigError(f"{saved.parent} holds a run with different {', '.join(changed)}; use another --out")

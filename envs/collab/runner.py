@@ -11,7 +11,6 @@ import contextlib
 import math
 import os
 import random
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from memrl.context import progress
+from memrl.envs.actors import actor_error_cause, endpoint_server, start_ray
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
@@ -26,12 +26,11 @@ from memrl.envs.collab.problems import AnswerKind, Problem, get_task, load_probl
 from memrl.envs.collab.profiles import UserProfile, load_profiles, sample_profiles, split_profiles
 from memrl.envs.collab.session import SessionSpec, run_session
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
-from memrl.errors import MemrlError, first_line
+from memrl.errors import MemrlError
 from memrl.jsonl import ResumableJsonl
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
-from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
-from memrl.rollout.serve import LocalServer, free_port, pick_engine, shared_server_args
+from memrl.rollout.config import ModelConfig
 
 SESSIONS_FILE = "sessions.jsonl"
 PROFILE_POOL = 200  # sampled users; train and eval are disjoint slices of this pool
@@ -92,27 +91,8 @@ def needed_roles(cfg: CollabEvalConfig) -> Roles:
 
 
 def serve_locally(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_worker: int) -> Roles:
-    """Start one local server per distinct in-process model, so all workers share it and batch together.
-
-    On CPU that is `transformers serve` with continuous batching in bf16; with a GPU and vLLM, `vllm serve`.
-    """
-    served: dict[str, OpenAIModelConfig] = {}
-
-    def endpoint(cfg: ModelConfig | None) -> OpenAIModelConfig | None:
-        if cfg is None:
-            return None
-        if isinstance(cfg, OpenAIModelConfig):
-            return cfg.model_copy(update={"max_concurrency": per_worker})
-        assert isinstance(cfg, HFModelConfig | VLLMModelConfig)
-        if cfg.model not in served:
-            extra = shared_server_args(pick_engine("auto"))
-            log = log_dir / f"serve-{len(served)}.log"
-            server = stack.enter_context(LocalServer(cfg.model, port=free_port(), log=log, extra_args=extra))
-            served[cfg.model] = OpenAIModelConfig(
-                backend="openai", model=server.name, endpoint=server.url, max_concurrency=per_worker
-            )
-        return served[cfg.model]
-
+    """Every role on an endpoint all workers share; an in-process model is served once."""
+    endpoint = endpoint_server(stack, log_dir, per_worker)
     agent = endpoint(roles.agent)
     assert agent is not None
     return Roles(agent, endpoint(roles.reflector), endpoint(roles.user), endpoint(roles.judge))
@@ -182,21 +162,6 @@ def _resume_state(sink: ResumableJsonl) -> dict[str, tuple[int, AgentMemory]]:
     return state
 
 
-def _probe_ray(address: str | None) -> None:
-    """Fail fast on a `host:port` where nothing listens: ray.init would keep retrying for minutes."""
-    if not address or address == "auto" or "://" in address:
-        return
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except (OSError, ValueError) as exc:
-        raise MemrlError(f"cannot connect to the Ray cluster at {address}: {exc}") from exc
-
-
-def _cause(exc: BaseException) -> BaseException:
-    return getattr(exc, "cause", None) or exc
-
-
 def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
     """Run (or resume) the evaluation into `out`; return every session record."""
     import ray
@@ -216,15 +181,7 @@ def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[
         if not todo:
             return list(sink.records())
         roles = serve_locally(needed_roles(cfg), stack, out / "logs", per_worker)
-        started_ray = not ray.is_initialized()
-        if started_ray:
-            env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TOKENIZERS_PARALLELISM": "false"}
-            _probe_ray(cfg.ray_address)
-            try:
-                ray.init(address=cfg.ray_address, include_dashboard=False, runtime_env={"env_vars": env})
-            except (ConnectionError, RuntimeError) as exc:
-                raise MemrlError(f"cannot connect to the Ray cluster at {cfg.ray_address}: {first_line(exc)}") from exc
-            stack.callback(ray.shutdown)
+        start_ray(cfg.ray_address, stack)
         worker_cls = _ray_worker_class().options(num_cpus=0, scheduling_strategy="SPREAD")
         workers = [worker_cls.remote(WorkerSpec(cfg, roles)) for _ in range(n_workers)]
 
@@ -247,7 +204,7 @@ def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[
             try:
                 record = ray.get(ready[0])
             except Exception as exc:  # finished sessions are on disk; name the failure in one line
-                cause = _cause(exc)
+                cause = actor_error_cause(exc)
                 index = todo[user_id][0]
                 raise MemrlError(f"user {user_id} session {index} failed: {cause}") from cause
             sink.append(record)

@@ -1,0 +1,176 @@
+"""`memrl data judger`: (query, memory QA pair) rows with relevance labels, split by individual.
+
+A query is a confirming session seen up to its confirmation; its candidates are every QA pair of the individual's
+earlier sessions. The labels are `envs/tod/labels.py`'s.
+
+Layout: `J/train/pairs.jsonl`, `J/eval/pairs.jsonl`, `J/stats.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from memrl.envs.tod.formats import Individual, Session, atomic_write_json, load_tod_dir
+from memrl.envs.tod.labels import NEGATIVE_KINDS, label
+from memrl.envs.tod.memory import MemoryBank, load_memory_banks
+from memrl.envs.tod.reasoning import filled_slots, schema_intent_query, schema_missing_slots
+from memrl.envs.tod.schema import Schemas, TodDataError, load_schemas
+from memrl.errors import MemrlError
+
+SPLITS = ("train", "eval")
+
+
+def query_rows(ind: Individual, session: Session, bank: MemoryBank, schemas: Schemas) -> list[dict[str, Any]]:
+    """One row per QA pair of the sessions before `session` (a confirming session)."""
+    assert session.confirmation_state is not None
+    goal = session.confirmation_state.slot_values
+    context = session.context()
+    filled = filled_slots(context, goal)
+    intent = schemas.intent(session.service, session.intent)
+    missing = schema_missing_slots(context, intent, goal)
+    query_id = f"{ind.persona_id}/{session.session_id}"
+    shared = {
+        "query_id": query_id,
+        "persona_id": ind.persona_id,
+        "session_id": session.session_id,
+        "service": session.service,
+        "intent": session.intent,
+        "context": [{"speaker": t.speaker, "utterance": t.utterance} for t in context],
+        "intent_query": schema_intent_query(context, session.service, session.intent, schemas, goal),
+        "missing_slots": missing,
+        "missing_descriptions": [schemas.slot(session.service, s).description for s in missing],
+    }
+    rows = []
+    for unit in bank.before(session.session_id):
+        for pair in unit.qa:
+            kind = label(session, goal, filled, unit.reference_dialogue_id, unit.intent, pair.slot, pair.answer)
+            rows.append(
+                {
+                    "key": f"{query_id}/{unit.session_id}/{pair.slot}",
+                    **shared,
+                    "memory_session_id": unit.session_id,
+                    "memory_intent": unit.intent_description,
+                    "memory_service": unit.service,
+                    "slot": pair.slot,
+                    "question": pair.question,
+                    "answer": pair.answer,
+                    "label": int(kind is None),
+                    "negative": kind,
+                }
+            )
+    return rows
+
+
+def individual_rows(ind: Individual, bank: MemoryBank, schemas: Schemas) -> list[dict[str, Any]]:
+    return [r for s in ind.sessions if s.confirming for r in query_rows(ind, s, bank, schemas)]
+
+
+def split_individuals(
+    persona_ids: Sequence[int], eval_individuals: int | None = None, eval_fraction: float | None = None, seed: int = 0
+) -> tuple[list[int], list[int]]:
+    """(train ids, eval ids): a seeded draw of whole individuals, so no person is in both."""
+    ids = sorted(set(persona_ids))
+    if eval_individuals is None:
+        fraction = 0.2 if eval_fraction is None else eval_fraction
+        if not 0 < fraction < 1:
+            raise MemrlError(f"--eval-fraction must be between 0 and 1, got {fraction}")
+        eval_individuals = max(1, round(fraction * len(ids)))
+    if not 0 < eval_individuals < len(ids):
+        raise MemrlError(
+            f"--eval-individuals {eval_individuals}: each split needs at least 1 individual, the data holds {len(ids)}"
+        )
+    rng = random.Random(seed)
+    held = sorted(rng.sample(ids, eval_individuals))
+    return [i for i in ids if i not in held], held
+
+
+def check_disjoint(train: Iterable[Mapping[str, Any]], eval_: Iterable[Mapping[str, Any]]) -> None:
+    """Fail when a persona id appears in both splits' rows."""
+    shared = sorted({int(r["persona_id"]) for r in train} & {int(r["persona_id"]) for r in eval_})
+    if shared:
+        raise MemrlError(
+            f"train and eval share {len(shared)} individual(s): persona {', '.join(map(str, shared))}; "
+            "split the judger data by individual"
+        )
+
+
+def split_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    positives = sum(int(r["label"]) for r in rows)
+    kinds = Counter(str(r["negative"]) for r in rows if not r["label"])
+    queries = Counter(str(r["query_id"]) for r in rows)
+    gold = {str(r["query_id"]) for r in rows if r["label"]}
+    return {
+        "rows": len(rows),
+        "queries": len(queries),
+        "individuals": len({r["persona_id"] for r in rows}),
+        "positives": positives,
+        "negatives": len(rows) - positives,
+        "positive_rate": round(positives / len(rows), 4) if rows else 0.0,
+        "negatives_by_kind": {k: kinds.get(k, 0) for k in NEGATIVE_KINDS},
+        "queries_without_positive": len(queries) - len(gold),
+        "candidates_per_query": round(len(rows) / len(queries), 2) if queries else 0.0,
+    }
+
+
+def write_rows(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    with Path(path).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def tod_schemas(tod_dir: str | Path, schema: str | Path | None = None) -> Schemas:
+    path = Path(schema) if schema is not None else Path(tod_dir) / "schema.json"
+    if not path.is_file():
+        raise TodDataError(f"{path}: schema file not found (pass --schema with an SGD schema.json)")
+    return load_schemas(path)
+
+
+def build_judger_dataset(
+    tod_dir: str | Path,
+    out: str | Path,
+    eval_individuals: int | None = None,
+    eval_fraction: float | None = None,
+    seed: int = 0,
+    schema: str | Path | None = None,
+) -> dict[str, Any]:
+    """Rows for every confirming session of `tod_dir`, split by individual, written under `out`; returns the stats."""
+    schemas = tod_schemas(tod_dir, schema)
+    individuals = load_tod_dir(tod_dir, schemas)
+    banks = load_memory_banks(tod_dir, individuals, schemas)
+    train_ids, eval_ids = split_individuals([i.persona_id for i in individuals], eval_individuals, eval_fraction, seed)
+    by_id = {i.persona_id: i for i in individuals}
+    splits = {
+        name: [r for pid in ids for r in individual_rows(by_id[pid], banks[pid], schemas)]
+        for name, ids in (("train", train_ids), ("eval", eval_ids))
+    }
+    check_disjoint(splits["train"], splits["eval"])
+    keys = [r["key"] for rows in splits.values() for r in rows]
+    if len(set(keys)) != len(keys):  # a memory unit with two pairs for one slot would collide
+        dup = next(k for k, n in Counter(keys).items() if n > 1)
+        raise TodDataError(f"{tod_dir}: memory holds two QA pairs for one slot of one session ({dup})")
+    out = Path(out)
+    for name, rows in splits.items():
+        write_rows(rows, out / name / "pairs.jsonl")
+    stats = {
+        "tod_dir": str(tod_dir),
+        "seed": seed,
+        "individuals": {"train": train_ids, "eval": eval_ids},
+        **{name: split_stats(rows) for name, rows in splits.items()},
+    }
+    atomic_write_json(stats, out / "stats.json")
+    return stats

@@ -1,0 +1,62 @@
+"""Typed config of an MS-TOD evaluation (what `memrl eval tod` builds from its flags)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, PositiveInt
+
+from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
+from memrl.schema import StrictModel
+
+DEFAULT_CHAT_MODEL = HFModelConfig(backend="hf", model="smollm2")
+
+
+class TodSampling(StrictModel):
+    """Sampling per LLM role: greedy, so a rerun of the same setup says the same things."""
+
+    intent: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=48)
+    reasoner: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=256)
+    reader: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=128)
+    user: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=64)
+    supervisor: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=192)
+    quality: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=128)
+
+
+class TodEvalConfig(StrictModel):
+    data: Path = Field(description="MS-TOD folder: persona_*.json, schema.json, optional memory/")
+    schema_file: Path | None = Field(default=None, description="SGD schema.json; default: DATA/schema.json")
+    judger: Path | None = Field(default=None, description="trained judger folder; None: retrieval alone")
+    retriever: Literal["dense", "bm25", "hybrid"] = "dense"
+    alpha: float = Field(default=0.5, ge=0.0, le=1.0, description="weight of the retrieval score in the fusion")
+    top_k: PositiveInt = 5
+    top_units: PositiveInt | None = Field(default=3, description="memory units kept by intent alignment; None: all")
+    reader: Literal["template", "llm"] = "llm"
+    reader_model: ModelConfig = DEFAULT_CHAT_MODEL
+    intent: Literal["schema", "llm"] = "schema"
+    reasoner: Literal["schema", "llm"] = "schema"
+    user: Literal["rule", "llm"] = "rule"
+    supervisor: Literal["rule", "llm"] = "rule"
+    llm: ModelConfig | None = Field(default=None, description="model of the llm roles; default: the reader's")
+    quality_judge: ModelConfig | None = Field(default=None, description="rates confirmation responses 1-10")
+    max_turns: PositiveInt = 10
+    split_from: Path | None = Field(default=None, description="judger data folder: evaluate its eval individuals")
+    individuals: PositiveInt | None = Field(default=None, description="the first N individuals; None: all")
+    sessions: PositiveInt | None = Field(default=None, description="the first N confirming sessions; None: all")
+    sampling: TodSampling = TodSampling()
+    seed: int = 0
+    workers: PositiveInt | None = Field(default=None, description="Ray actors; default: min(sessions, CPUs, 8)")
+    max_in_flight: PositiveInt = Field(default=32, description="sessions in flight, all workers together")
+    ray_address: str | None = Field(default=None, description="Ray cluster address; default: a local Ray")
+
+    def schema_path(self) -> Path:
+        return self.schema_file or self.data / "schema.json"
+
+    def llm_or_default(self) -> ModelConfig:
+        return self.llm or self.reader_model
+
+    def llm_roles(self) -> list[str]:
+        """The roles played by `llm_or_default()`."""
+        kinds = {"intent": self.intent, "reasoner": self.reasoner, "user": self.user, "supervisor": self.supervisor}
+        return [role for role, kind in kinds.items() if kind == "llm"]

@@ -1,0 +1,272 @@
+"""The MS-TOD per-individual JSON format: models, loader, atomic writer, and which format a JSON file holds.
+
+The loader reads the format as released (`persona_id`, `sessions`, no extra keys) and our generated files, which add
+two optional fields: `slots` on a turn (the slot values that turn states) and `stage` on a session. Unknown keys of
+other releases are ignored rather than rejected. Any malformed file fails with one line naming the file and field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from memrl.envs.tod.schema import Schemas, TodDataError
+
+Stage = Literal["incomplete", "updating", "confirming"]
+Format = Literal["mstod", "sgd"]
+
+NEITHER = (
+    "neither an MS-TOD individual (persona_id, sessions) nor a list of SGD dialogues (dialogue_id, services, turns)"
+)
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Turn(_Lenient):
+    speaker: Literal["user", "assistant"]
+    utterance: str
+    slots: dict[str, str] = Field(default_factory=dict)  # extension: the values this turn states
+
+    @field_validator("speaker", mode="before")
+    @classmethod
+    def _speaker(cls, value: object) -> object:
+        # SGD spells the roles USER / SYSTEM; accept both spellings.
+        if isinstance(value, str):
+            value = value.lower()
+            return "assistant" if value == "system" else value
+        return value
+
+
+class ConfirmationState(_Lenient):
+    slot_values: dict[str, str]
+    confirmation_utterance_id: int = Field(ge=0)  # index in `turns` of the assistant's confirmation
+
+
+class Session(_Lenient):
+    session_id: int
+    reference_dialogue_id: str
+    exist_confirmation: bool
+    intent: str
+    service: str
+    turns: list[Turn]
+    confirmation_state: ConfirmationState | None = None
+    stage: Stage | None = None  # extension
+
+    @field_validator("confirmation_state", mode="before")
+    @classmethod
+    def _empty_state(cls, value: object) -> object:
+        return None if value == {} else value
+
+    @field_validator("turns")
+    @classmethod
+    def _some_turns(cls, value: list[Turn]) -> list[Turn]:
+        if not value:
+            raise ValueError("a session needs at least one turn")
+        return value
+
+    @model_validator(mode="after")
+    def _confirmation_in_range(self) -> Session:
+        state = self.confirmation_state
+        if state is not None and state.confirmation_utterance_id >= len(self.turns):
+            raise ValueError(
+                f"confirmation_state.confirmation_utterance_id {state.confirmation_utterance_id} is past the "
+                f"session's {len(self.turns)} turns"
+            )
+        return self
+
+    @property
+    def confirming(self) -> bool:
+        return self.exist_confirmation and self.confirmation_state is not None
+
+    def context(self) -> list[Turn]:
+        """The turns before the confirmation (all turns of a session without one)."""
+        if self.confirmation_state is None:
+            return list(self.turns)
+        return list(self.turns[: self.confirmation_state.confirmation_utterance_id])
+
+    def to_record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "session_id": self.session_id,
+            "reference_dialogue_id": self.reference_dialogue_id,
+            "exist_confirmation": self.exist_confirmation,
+            "intent": self.intent,
+            "service": self.service,
+            "turns": [
+                {"speaker": t.speaker, "utterance": t.utterance, **({"slots": t.slots} if t.slots else {})}
+                for t in self.turns
+            ],
+            "confirmation_state": self.confirmation_state.model_dump() if self.confirmation_state else {},
+        }
+        if self.stage is not None:
+            record["stage"] = self.stage
+        return record
+
+
+class Individual(_Lenient):
+    persona_id: int
+    sessions: list[Session]
+
+    @field_validator("sessions")
+    @classmethod
+    def _time_order(cls, value: list[Session]) -> list[Session]:
+        return sorted(value, key=lambda s: s.session_id)
+
+    def tasks(self) -> dict[str, list[Session]]:
+        """reference_dialogue_id -> that task's sessions in time order (tasks ordered by their first session)."""
+        out: dict[str, list[Session]] = {}
+        for session in self.sessions:
+            out.setdefault(session.reference_dialogue_id, []).append(session)
+        return out
+
+    def confirmed(self, reference_dialogue_id: str) -> dict[str, str]:
+        """The task's gold goal: the slot values of its (last) confirmation; {} when it has none."""
+        state: dict[str, str] = {}
+        for session in self.tasks().get(reference_dialogue_id, []):
+            if session.confirmation_state is not None:
+                state = dict(session.confirmation_state.slot_values)
+        return state
+
+    def to_record(self) -> dict[str, Any]:
+        return {"persona_id": self.persona_id, "sessions": [s.to_record() for s in self.sessions]}
+
+
+def mentions(text: str, value: str) -> bool:
+    """`value` appears in `text` as whole words, ignoring case (how unannotated turns are matched to slot values)."""
+    value = value.strip()
+    if not value:
+        return False
+    return re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+# --- reading ------------------------------------------------------------------------------------------------------
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TodDataError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
+    except OSError as exc:
+        raise TodDataError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def detect_format(data: Any) -> Format | None:
+    """`mstod` for an individual, `sgd` for a list of dialogues, None for anything else."""
+    if isinstance(data, dict) and "persona_id" in data and "sessions" in data:
+        return "mstod"
+    if (
+        isinstance(data, list)
+        and data
+        and all(isinstance(d, dict) and {"dialogue_id", "services", "turns"} <= d.keys() for d in data)
+    ):
+        return "sgd"
+    return None
+
+
+def file_format(path: str | Path) -> Format:
+    """The format of a JSON file; fails in one line when it is neither."""
+    path = Path(path)
+    kind = detect_format(read_json(path))
+    if kind is None:
+        raise TodDataError(f"{path}: {NEITHER}")
+    return kind
+
+
+def _loc(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def describe(exc: ValidationError) -> str:
+    """The first validation problem as `field.path: message`."""
+    error = exc.errors()[0]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{_loc(error['loc']) or 'file'}: {message}"
+
+
+def check_slots(ind: Individual, schemas: Schemas, path: Path) -> None:
+    """Every service, confirmation slot and annotated slot must exist in the schema."""
+    for i, session in enumerate(ind.sessions):
+        where = f"{path}: sessions[{i}]"
+        if session.service not in schemas:
+            raise TodDataError(f"{where}.service: service {session.service!r} is not in the schema")
+        if session.confirmation_state is not None:
+            for slot in session.confirmation_state.slot_values:
+                if not schemas.has_slot(session.service, slot):
+                    raise TodDataError(
+                        f"{where}.confirmation_state.slot_values.{slot}: no slot {slot!r} in the schema of service "
+                        f"{session.service}"
+                    )
+        for j, turn in enumerate(session.turns):
+            for slot in turn.slots:
+                if not schemas.has_slot(session.service, slot):
+                    raise TodDataError(
+                        f"{where}.turns[{j}].slots.{slot}: no slot {slot!r} in the schema of service {session.service}"
+                    )
+
+
+def parse_individual(data: Any, path: Path, schemas: Schemas | None = None) -> Individual:
+    if detect_format(data) != "mstod":
+        raise TodDataError(
+            f"{path}: {NEITHER}" if detect_format(data) is None else f"{path}: SGD dialogues, not MS-TOD"
+        )
+    try:
+        ind = Individual.model_validate(data)
+    except ValidationError as exc:
+        raise TodDataError(f"{path}: {describe(exc)}") from exc
+    if schemas is not None:
+        check_slots(ind, schemas, path)
+    return ind
+
+
+def load_individual(path: str | Path, schemas: Schemas | None = None) -> Individual:
+    """One `persona_<id>.json` (released or generated); with `schemas`, its slots are checked against them."""
+    path = Path(path)
+    return parse_individual(read_json(path), path, schemas)
+
+
+def load_tod_dir(path: str | Path, schemas: Schemas | None = None) -> list[Individual]:
+    """Every `persona_*.json` of a folder, sorted by persona id."""
+    path = Path(path)
+    if not path.is_dir():
+        raise TodDataError(f"{path}: not a folder of MS-TOD files (persona_<id>.json)")
+    files = sorted(path.glob("persona_*.json"))
+    if not files:
+        raise TodDataError(f"{path}: no persona_*.json files")
+    individuals = sorted((load_individual(f, schemas) for f in files), key=lambda i: i.persona_id)
+    ids = [i.persona_id for i in individuals]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise TodDataError(f"{path}: persona_id {dup} appears in more than one file")
+    return individuals
+
+
+def atomic_write_json(data: Any, path: Path) -> Path:
+    """Write through a temporary file and rename, so a crash never leaves half a file under the final name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def individual_path(out_dir: str | Path, persona_id: int) -> Path:
+    return Path(out_dir) / f"persona_{persona_id}.json"
+
+
+def write_individual(ind: Individual, out_dir: str | Path) -> Path:
+    return atomic_write_json(ind.to_record(), individual_path(out_dir, ind.persona_id))

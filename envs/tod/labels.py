@@ -1,0 +1,48 @@
+"""Which stored QA pairs a confirming session needs: the relevance label the judger learns and recall is scored on.
+
+A pair is relevant when it belongs to the same task, its slot is a goal slot the context has not filled, and its
+answer is the value the task finally confirmed. Every irrelevant pair says why:
+- `same_intent`: another task with the same intent (the hard negatives),
+- `other_intent`: a task with another intent,
+- `filled`: the same task, but the context already states that slot,
+- `superseded`: the same task and slot, but a value the user later changed,
+- `off_goal`: the same task, a slot outside its goal (only from model-built memory).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from memrl.envs.tod.formats import Session
+
+NEGATIVE_KINDS = ("same_intent", "other_intent", "filled", "superseded", "off_goal")
+
+
+def same_value(a: str, b: str) -> bool:
+    """Equal up to case, spacing and trailing punctuation ('5:30 pm' == '5:30 PM.')."""
+
+    def norm(text: str) -> str:
+        return re.sub(r"\s+", " ", text).strip().strip(".,;!?").casefold()
+
+    return norm(a) == norm(b)
+
+
+def label(
+    query: Session,
+    goal: Mapping[str, str],
+    filled: Mapping[str, str],
+    unit_task: str,
+    unit_intent: str,
+    slot: str,
+    answer: str,
+) -> str | None:
+    """None for a positive, else the negative's kind: a pair of task `unit_task` (intent `unit_intent`) against the
+    query session, its confirmed `goal` and the slots its context has `filled`."""
+    if unit_task != query.reference_dialogue_id:
+        return "same_intent" if unit_intent == query.intent else "other_intent"
+    if slot not in goal:
+        return "off_goal"
+    if not same_value(answer, goal[slot]):
+        return "superseded"
+    return "filled" if slot in filled else None

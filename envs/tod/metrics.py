@@ -1,0 +1,163 @@
+"""Metrics of an MS-TOD evaluation, per session and over a run.
+
+A slot counts as correct in a response when the response states the slot's goal value, decided by normalised
+string matching (`mentions`): the same test for the template and the LLM reader, and the one the rule supervisor
+uses. Per session: `jga` (every goal slot correct in the confirmation response), `slot_accuracy`, `dte` (assistant
+turns until the task is complete, the confirmation being turn 1; the turn limit when it never completes),
+`success` (every slot resolved within the limit) and recall@k of the gold memory in the pipeline's ranking.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Any
+
+from memrl.envs.tod.formats import Session, Turn
+from memrl.envs.tod.labels import label
+from memrl.envs.tod.memory import MemoryUnit
+from memrl.envs.tod.pipeline import candidate_key
+from memrl.envs.tod.prompts import QUALITY_KEYS, quality_messages
+from memrl.envs.tod.ranking import recall_at_k
+from memrl.envs.tod.reasoning import filled_slots
+from memrl.rollout.base import ChatBackend, SamplingParams
+from memrl.rollout.json_output import JSONParseFailure, parse_json_object
+
+RECALL_KS = (1, 3, 5)
+
+# Party sizes and counts: "two" and "2" state the same value.
+_NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(
+        ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+    )
+}
+_NON_WORD = re.compile(r"[^\w\s]")  # punctuation goes; letters and digits of any script stay
+
+
+def normalise(text: str) -> str:
+    """Lowercase, punctuation removed (so '6:30 pm.' and '630 pm' meet), number words as digits, single spaces."""
+    words = _NON_WORD.sub(" ", text.lower().replace("'", "").replace("\u2019", "")).split()
+    return " ".join(_NUMBER_WORDS.get(w, w) for w in words)
+
+
+def mentions(text: str, value: str) -> bool:
+    """Whether `text` states `value` as whole words ("2" is not found in "12", "Milpitas" is in "milpitas.")."""
+    needle = normalise(value)
+    if not needle:
+        return False
+    return f" {needle} " in f" {normalise(text)} "
+
+
+def slot_correctness(response: str, goal: Mapping[str, str]) -> dict[str, bool]:
+    """Goal slot -> whether the response states its goal value."""
+    return {slot: mentions(response, value) for slot, value in goal.items()}
+
+
+def outstanding_slots(response: str, goal: Mapping[str, str]) -> list[str]:
+    """L: the goal slots a response leaves missing or gets wrong, in goal order."""
+    return [slot for slot, ok in slot_correctness(response, goal).items() if not ok]
+
+
+def recall_at(ranked_keys: Sequence[str], gold: Iterable[str], k: int) -> float | None:
+    """|gold in the top k| / |gold|; None for a session without gold memory (left out of the means)."""
+    value = recall_at_k(ranked_keys, set(gold), k)
+    return None if math.isnan(value) else value
+
+
+def session_scores(
+    confirmation: str, goal: Mapping[str, str], dte: int, success: bool, ranked: Sequence[str], gold: Iterable[str]
+) -> dict[str, Any]:
+    """The per-session numbers a session record carries."""
+    correct = slot_correctness(confirmation, goal)
+    gold = sorted(set(gold))
+    return {
+        "jga": float(all(correct.values())),
+        "slot_accuracy": sum(correct.values()) / len(correct) if correct else 1.0,
+        "correct_slots": correct,
+        "dte": dte,
+        "success": success,
+        **{f"recall@{k}": recall_at(ranked, gold, k) for k in RECALL_KS},
+    }
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return round(fmean(kept), 4) if kept else None
+
+
+def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Means over sessions; `slot_accuracy` is over every goal slot of every session (micro average)."""
+    if not records:
+        return {"sessions": 0}
+    slots = [ok for r in records for ok in r["correct_slots"].values()]
+    failures: dict[str, int] = defaultdict(int)
+    for r in records:
+        for role, n in r["failures"].items():
+            failures[role] += n
+    with_gold = [r for r in records if r["gold"]]
+    out: dict[str, Any] = {
+        "jga": _mean(r["jga"] for r in records),
+        "slot_accuracy": round(sum(slots) / len(slots), 4) if slots else None,
+        "dte": _mean(r["dte"] for r in records),
+        "success_rate": _mean(float(r["success"]) for r in records),
+        **{f"recall@{k}": _mean(r[f"recall@{k}"] for r in with_gold) for k in RECALL_KS},
+        "sessions": len(records),
+        "sessions_with_gold": len(with_gold),
+        "individuals": len({r["persona_id"] for r in records}),
+        "failures": dict(sorted(failures.items())),
+    }
+    scored = [r["quality"] for r in records if r.get("quality") is not None]
+    if any("quality" in r for r in records):
+        out["quality"] = _mean(scored)
+        out["quality_scored"] = len(scored)
+    return out
+
+
+# --- gold memory and the optional quality judge -------------------------------------------------------------------
+
+
+def gold_memory(
+    persona_id: int, session: Session, context: Sequence[Turn], goal: Mapping[str, str], units: Sequence[MemoryUnit]
+) -> list[str]:
+    """Keys of the QA pairs that should be recalled: the positives of the judger data for this session.
+
+    A pair is gold when it comes from the same task, its slot is a goal slot the context does not fill, and its
+    answer is the confirmed value (a superseded, earlier value is not); `labels.label` decides.
+    """
+    filled = filled_slots(context, goal)
+    return [
+        candidate_key(persona_id, session.session_id, unit, qa.slot)
+        for unit in units
+        for qa in unit.qa
+        if label(session, goal, filled, unit.reference_dialogue_id, unit.intent, qa.slot, qa.answer) is None
+    ]
+
+
+@dataclass(frozen=True)
+class QualityJudge:
+    """An LLM rates the confirmation response 1-10 (fluency, coherence, informativeness); None when unusable."""
+
+    backend: ChatBackend
+    sampling: SamplingParams
+
+    async def rate(self, context: Sequence[Turn], goal: Mapping[str, str], response: str) -> int | None:
+        turns = [{"speaker": t.speaker, "utterance": t.utterance} for t in context]
+        raw = (await self.backend.achat(quality_messages(turns, goal, response), self.sampling)).text
+        return parse_quality(raw)
+
+
+def parse_quality(raw: str) -> int | None:
+    """The judge's 1-10 score; None when the reply has no usable score."""
+    parsed = parse_json_object(raw, required=QUALITY_KEYS)
+    if isinstance(parsed, JSONParseFailure):
+        return None
+    try:
+        score = round(float(parsed.data["score"]))
+    except (TypeError, ValueError):
+        return None
+    return score if 1 <= score <= 10 else None

@@ -1,0 +1,118 @@
+"""Readers: write the assistant's turns from the conversation, the pruned memory (A_core) and the missing slots.
+
+The first reply is the confirmation response r = Reader(c, A_core, L_miss); the proactive loop then asks the same
+reader for each later turn, with the user's corrections in the conversation.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from memrl.envs.tod.formats import Turn
+from memrl.envs.tod.pipeline import Selection, as_dicts, require_backend
+from memrl.envs.tod.prompts import reader_messages
+from memrl.envs.tod.schema import Schemas, boolean_clause, is_boolean, slot_phrase
+from memrl.rollout.base import ChatBackend, SamplingParams
+
+
+def humanise(slot: str) -> str:
+    return slot.replace("_", " ")
+
+
+def phrases(schemas: Schemas, service: str, intent: str) -> dict[str, str]:
+    """The intent's slots (schema order) as the reader names them: a True/False slot by its condition."""
+    out = {}
+    for name in schemas.intent(service, intent).slots:
+        spec = schemas.slot(service, name)
+        out[name] = (boolean_clause(spec) if is_boolean(spec) else None) or slot_phrase(spec)
+    return out
+
+
+@dataclass(frozen=True)
+class ReaderRequest:
+    context: Sequence[Turn]  # the session's turns before the confirmation
+    followup: Sequence[Turn]  # turns of the proactive loop so far (empty for the confirmation response)
+    selection: Selection
+    missing: Sequence[str]  # L_miss from the reasoner
+    known: Mapping[str, str]  # slot values the context states
+    phrases: Mapping[str, str]  # the intent's slots in schema order -> a short noun phrase (`slot_phrase`)
+
+    @property
+    def conversation(self) -> list[Turn]:
+        return [*self.context, *self.followup]
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    slots: dict[str, str] = field(default_factory=dict)  # the values the reply states, when the reader knows them
+    failed: bool = False  # the model returned nothing usable
+
+
+class Reader(ABC):
+    @abstractmethod
+    async def respond(self, request: ReaderRequest) -> Reply: ...
+
+
+@dataclass(frozen=True)
+class TemplateReader(Reader):
+    """Deterministic: states every value it holds and asks for missing slots that memory cannot fill.
+
+    It holds the values the context states, then for each missing slot the answer of the best-ranked selected QA
+    pair of that slot, then the values the user gives in the loop (read from the turn's slot annotations; a user
+    turn without annotations is quoted back, so its values still reach the conversation).
+    """
+
+    def state(self, request: ReaderRequest) -> dict[str, str]:
+        state = dict(request.known)
+        for scored in request.selection.selected:
+            slot = scored.candidate.slot
+            if slot in request.missing and slot not in state:
+                state[slot] = scored.candidate.answer
+        for turn in request.followup:
+            if turn.speaker == "user":
+                state.update(turn.slots)
+        order = {slot: i for i, slot in enumerate(request.phrases)}
+        return dict(sorted(state.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+    async def respond(self, request: ReaderRequest) -> Reply:
+        state = self.state(request)
+        name = {**{s: humanise(s) for s in state}, **request.phrases}
+        summary = "; ".join(f"{name[s]}: {v}" for s, v in state.items())
+        unknown = [name.get(s, humanise(s)) for s in request.missing if s not in state]
+        ask = f" Could you also tell me the {' and the '.join(unknown)}?" if unknown else ""
+        if not request.followup:
+            text = f"Welcome back! Let me confirm the details: {summary}.{ask} Is that all correct?"
+            return Reply(text, state)
+        last = request.followup[-1]
+        heard = f'Noted: "{last.utterance}". ' if last.speaker == "user" and not last.slots else "Thanks, updated. "
+        return Reply(f"{heard}Here is the booking now: {summary}.{ask} Is that all correct?", state)
+
+
+_SPEAKER_PREFIX = re.compile(r"^\s*(assistant|system)\s*:\s*", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LLMReader(Reader):
+    backend: ChatBackend
+    sampling: SamplingParams
+
+    async def respond(self, request: ReaderRequest) -> Reply:
+        missing = {s: request.phrases.get(s) or humanise(s) for s in request.missing}
+        messages = reader_messages(as_dicts(request.conversation), request.selection.a_core, missing)
+        raw = (await self.backend.achat(messages, self.sampling)).text
+        text = _SPEAKER_PREFIX.sub("", raw.strip()).strip()
+        return Reply(text, failed=not text)  # an empty reply stays empty: it states nothing, and is counted
+
+
+READERS: Mapping[str, Callable[[ChatBackend | None, SamplingParams], Reader]] = {
+    "template": lambda backend, sampling: TemplateReader(),
+    "llm": lambda backend, sampling: LLMReader(require_backend(backend, "reader"), sampling),
+}
+
+
+def build_reader(kind: str, backend: ChatBackend | None, sampling: SamplingParams) -> Reader:
+    return READERS[kind](backend, sampling)

@@ -1,0 +1,278 @@
+"""The MS-TOD evaluation: every held-out confirming session of the chosen individuals, in parallel on Ray actors.
+
+Sessions are independent (memory is read-only: the units of the individual's earlier sessions travel with the
+request), so stateless workers built once with their backends, retriever and judger can run any of them. The
+driver owns the output: each finished session is appended to `sessions.jsonl` (fsync'ed), and a rerun runs only
+the sessions not there yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from memrl.context import progress
+from memrl.envs.actors import actor_error_cause, endpoint_server, start_ray
+from memrl.envs.tod.config import TodEvalConfig
+from memrl.envs.tod.formats import Individual, Session, Turn, load_tod_dir
+from memrl.envs.tod.memory import MemoryUnit, load_memory_banks
+from memrl.envs.tod.metrics import QualityJudge, gold_memory, session_scores
+from memrl.envs.tod.pipeline import MemoryPlanner, MemorySelector, SessionView, build_intent, build_reasoner
+from memrl.envs.tod.proactive import SUPERVISORS, USERS, run_proactive
+from memrl.envs.tod.reader import ReaderRequest, Reply, build_reader, phrases
+from memrl.envs.tod.reasoning import filled_slots
+from memrl.envs.tod.retrieval import build_retriever
+from memrl.envs.tod.schema import Schemas, load_schemas
+from memrl.errors import MemrlError, first_line
+from memrl.jsonl import ResumableJsonl
+from memrl.rollout.base import ChatBackend, SamplingParams
+from memrl.rollout.builder import build_backend
+from memrl.rollout.config import ModelConfig, SamplingConfig
+
+SESSIONS_FILE = "sessions.jsonl"
+RANKED_KEPT = 10  # ranked QA pairs saved per session record (recall is computed on the full ranking)
+
+
+# --- what to run --------------------------------------------------------------------------------------------------
+
+
+def eval_individual_ids(split_from: Path) -> list[int]:
+    """The eval individuals of a judger data folder (`J/stats.json`: individuals.eval)."""
+    stats = split_from / "stats.json"
+    try:
+        ids = json.loads(stats.read_text())["individuals"]["eval"]
+    except FileNotFoundError:
+        raise MemrlError(f"{stats}: not found (--split-from takes the folder `memrl data judger` wrote)") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise MemrlError(f"{stats}: individuals.eval: missing or malformed ({first_line(exc)})") from None
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        raise MemrlError(f"{stats}: individuals.eval: expected a list of persona ids")
+    return ids
+
+
+def select_individuals(cfg: TodEvalConfig, individuals: Sequence[Individual]) -> list[Individual]:
+    chosen = list(individuals)
+    if cfg.split_from is not None:
+        wanted = set(eval_individual_ids(cfg.split_from))
+        chosen = [i for i in chosen if i.persona_id in wanted]
+        missing = sorted(wanted - {i.persona_id for i in chosen})
+        if missing:
+            raise MemrlError(
+                f"{cfg.split_from / 'stats.json'}: individuals.eval: persona {missing[0]} is not in {cfg.data}"
+            )
+    return chosen[: cfg.individuals] if cfg.individuals is not None else chosen
+
+
+@dataclass(frozen=True)
+class Job:
+    """One held-out confirming session and the memory units of the individual's earlier sessions."""
+
+    key: str
+    persona_id: int
+    session: dict[str, Any]
+    memory: list[dict[str, Any]]
+
+
+def plan_jobs(cfg: TodEvalConfig, schemas: Schemas) -> list[Job]:
+    individuals = select_individuals(cfg, load_tod_dir(cfg.data, schemas))
+    banks = load_memory_banks(cfg.data, individuals, schemas)
+    jobs = [
+        Job(
+            f"{ind.persona_id}/{s.session_id}",
+            ind.persona_id,
+            s.to_record(),
+            [u.to_record() for u in banks[ind.persona_id].before(s.session_id)],
+        )
+        for ind in individuals
+        for s in ind.sessions
+        if s.confirming
+    ]
+    return jobs[: cfg.sessions] if cfg.sessions is not None else jobs
+
+
+# --- models -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The endpoint config of every model a run needs (None: not needed)."""
+
+    reader: ModelConfig | None
+    llm: ModelConfig | None  # intent extractor, reasoner, user simulator and supervisor, where they are llm
+    quality: ModelConfig | None
+
+
+def needed_roles(cfg: TodEvalConfig) -> Roles:
+    return Roles(
+        reader=cfg.reader_model if cfg.reader == "llm" else None,
+        llm=cfg.llm_or_default() if cfg.llm_roles() else None,
+        quality=cfg.quality_judge,
+    )
+
+
+def serve_locally(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_worker: int) -> Roles:
+    """Every role on an endpoint all workers share; an in-process model is served once."""
+    endpoint = endpoint_server(stack, log_dir, per_worker)
+    return Roles(endpoint(roles.reader), endpoint(roles.llm), endpoint(roles.quality))
+
+
+# --- workers ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    cfg: TodEvalConfig
+    roles: Roles
+    schemas: Schemas  # travels with the spec: workers on other machines need not see the data folder
+
+
+class SessionRunner:
+    """Builds the backends, retriever and judger once and runs any session it is given (in-process or on Ray)."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        cfg, roles = spec.cfg, spec.roles
+        self.cfg = cfg
+        self.schemas = spec.schemas
+        self._backends: dict[str, ChatBackend] = {}
+        sampling = cfg.sampling
+        llm = self._build(roles.llm)
+        judger = None
+        if cfg.judger is not None:
+            from memrl.train.judger import load_judger
+
+            judger = load_judger(cfg.judger)
+        selector = MemorySelector(build_retriever(cfg.retriever), judger, cfg.alpha, cfg.top_k, cfg.top_units)
+        self.planner = MemoryPlanner(
+            build_intent(cfg.intent, self.schemas, llm, self._params(sampling.intent)),
+            build_reasoner(cfg.reasoner, self.schemas, llm, self._params(sampling.reasoner)),
+            selector,
+        )
+        self.reader = build_reader(cfg.reader, self._build(roles.reader), self._params(sampling.reader))
+        self.user = USERS[cfg.user](llm, self._params(sampling.user))
+        self.supervisor = SUPERVISORS[cfg.supervisor](llm, self._params(sampling.supervisor))
+        quality = self._build(roles.quality)
+        self.quality = None if quality is None else QualityJudge(quality, self._params(sampling.quality))
+
+    def _params(self, cfg: SamplingConfig) -> SamplingParams:
+        return replace(cfg.params(), seed=self.cfg.seed)
+
+    def _build(self, cfg: ModelConfig | None) -> ChatBackend | None:
+        if cfg is None:
+            return None
+        key = cfg.model_dump_json()
+        if key not in self._backends:  # the reader and the llm roles often share one endpoint
+            self._backends[key] = build_backend(cfg)
+        return self._backends[key]
+
+    async def run(self, job: Job) -> dict[str, Any]:
+        session = Session.model_validate(job.session)
+        assert session.confirmation_state is not None
+        goal = dict(session.confirmation_state.slot_values)
+        context = session.context()
+        memory = [MemoryUnit.from_record(u) for u in job.memory]
+        view = SessionView(job.persona_id, session, context, goal, memory)
+        plan = await self.planner.plan(view)
+        names = phrases(self.schemas, session.service, session.intent)
+        known = filled_slots(context, goal)
+
+        async def respond(followup: Sequence[Turn]) -> Reply:
+            request = ReaderRequest(context, followup, plan.selection, plan.missing, known, names)
+            return await self.reader.respond(request)
+
+        outcome = await run_proactive(respond, context, goal, self.user, self.supervisor, self.cfg.max_turns)
+        gold = gold_memory(job.persona_id, session, context, goal, memory)
+        scores = session_scores(
+            outcome.confirmation.text, goal, outcome.dte, outcome.success, plan.selection.keys, gold
+        )
+        record: dict[str, Any] = {
+            "key": job.key,
+            "persona_id": job.persona_id,
+            "session_id": session.session_id,
+            "reference_dialogue_id": session.reference_dialogue_id,
+            "service": session.service,
+            "intent": session.intent,
+            "goal": goal,
+            "context_turns": len(context),
+            "memory_units": len(memory),
+            "intent_query": plan.intent_query,
+            "missing_slots": plan.missing,
+            "reasoning": plan.reasoning,
+            "ranked": [s.to_record() for s in plan.selection.ranked[: max(RANKED_KEPT, self.cfg.top_k)]],
+            "a_core": plan.selection.a_core,
+            "gold": sorted(gold),
+            "confirmation": outcome.confirmation.text,
+            "turns": [t.model_dump(exclude_defaults=True) for t in outcome.turns],
+            "outstanding": outcome.outstanding,
+            **scores,
+            "failures": plan.failures | outcome.failures,
+        }
+        if self.quality is not None:
+            record["quality"] = await self.quality.rate(context, goal, outcome.confirmation.text)
+            record["failures"]["quality"] = int(record["quality"] is None)
+        return record
+
+
+def _ray_worker_class() -> Any:
+    import ray
+
+    return ray.remote(SessionRunner)
+
+
+# --- driver -------------------------------------------------------------------------------------------------------
+
+
+def run_tod(cfg: TodEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
+    """Run (or resume) the evaluation into `out`; return the records of the chosen sessions."""
+    import ray
+
+    schemas = load_schemas(cfg.schema_path())
+    jobs = plan_jobs(cfg, schemas)
+    if not jobs:
+        raise MemrlError(f"{cfg.data}: the chosen individuals have no confirming session to evaluate")
+    wanted = {j.key for j in jobs}
+    out.mkdir(parents=True, exist_ok=True)
+    sink = ResumableJsonl(out / SESSIONS_FILE, key="key")
+    todo = [j for j in jobs if j.key not in sink.done]
+    n_workers = min(cfg.workers or min(os.cpu_count() or 1, 8), max(len(todo), 1))
+    per_worker = max(1, math.ceil(cfg.max_in_flight / n_workers))
+
+    with contextlib.ExitStack() as stack, progress(console) as bar:
+        task = bar.add_task("sessions", total=len(jobs), completed=len(jobs) - len(todo))
+        if todo:
+            roles = serve_locally(needed_roles(cfg), stack, out / "logs", per_worker)
+            start_ray(cfg.ray_address, stack)
+            worker_cls = _ray_worker_class().options(num_cpus=0, scheduling_strategy="SPREAD")
+            spec = WorkerSpec(cfg, roles, schemas)
+            workers = [worker_cls.remote(spec) for _ in range(n_workers)]
+            pending = iter(todo)
+            in_flight: dict[Any, str] = {}
+
+            def submit(slot: int) -> None:
+                job = next(pending, None)
+                if job is not None:
+                    in_flight[workers[slot % n_workers].run.remote(job)] = job.key
+
+            for slot in range(min(cfg.max_in_flight, len(todo))):
+                submit(slot)
+            done = 0
+            while in_flight:
+                ready, _ = ray.wait(list(in_flight), num_returns=1)
+                key = in_flight.pop(ready[0])
+                try:
+                    record = ray.get(ready[0])
+                except Exception as exc:  # finished sessions are on disk; name the failure in one line
+                    cause = actor_error_cause(exc)
+                    raise MemrlError(f"session {key} failed: {first_line(cause)}") from cause
+                sink.append(record)
+                bar.advance(task)
+                done += 1
+                submit(done)
+    return [r for r in sink.records() if r["key"] in wanted]

@@ -1,0 +1,239 @@
+"""SGD service schemas: slots and intents of each service, read from one or more `schema.json` files.
+
+A generated MS-TOD folder carries its own `schema.json` (only the services its tasks use), so the judger data and the
+evaluation read the slot descriptions from the same place the generator did.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memrl.errors import MemrlError, closest
+
+
+class TodDataError(MemrlError):
+    """An MS-TOD or SGD file (or schema) is malformed; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    name: str
+    description: str
+    is_categorical: bool = False
+    possible_values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class IntentSpec:
+    name: str
+    description: str
+    required_slots: tuple[str, ...]
+    optional_slots: dict[str, str] = field(default_factory=dict)  # slot -> default value
+    result_slots: tuple[str, ...] = ()
+    is_transactional: bool = False
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """The slots a user can fill for this intent, in schema order: required first, then optional."""
+        return self.required_slots + tuple(s for s in self.optional_slots if s not in self.required_slots)
+
+
+@dataclass(frozen=True)
+class ServiceSchema:
+    name: str
+    description: str
+    slots: dict[str, SlotSpec]
+    intents: dict[str, IntentSpec]
+    raw: dict[str, Any] = field(repr=False, compare=False)  # the SGD record, written back unchanged
+
+    def slot_order(self, intent: str) -> list[str]:
+        """The intent's slots first (schema order), then the service's other slots."""
+        first = list(self.intents[intent].slots) if intent in self.intents else []
+        return first + [s for s in self.slots if s not in first]
+
+
+def _service(record: Mapping[str, Any], where: str) -> ServiceSchema:
+    name = record.get("service_name")
+    if not isinstance(name, str):
+        raise TodDataError(f"{where}.service_name: missing or not a string")
+    try:
+        slots = {
+            s["name"]: SlotSpec(
+                s["name"],
+                str(s.get("description", "")),
+                bool(s.get("is_categorical", False)),
+                tuple(str(v) for v in s.get("possible_values", ())),
+            )
+            for s in record.get("slots", ())
+        }
+        intents = {
+            i["name"]: IntentSpec(
+                i["name"],
+                str(i.get("description", "")),
+                tuple(i.get("required_slots", ())),
+                {str(k): str(v) for k, v in dict(i.get("optional_slots", {})).items()},
+                tuple(i.get("result_slots", ())),
+                bool(i.get("is_transactional", False)),
+            )
+            for i in record.get("intents", ())
+        }
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise TodDataError(f"{where} ({name}): malformed slot or intent ({exc!r})") from exc
+    for intent in intents.values():
+        unknown = [s for s in intent.slots if s not in slots]
+        if unknown:
+            raise TodDataError(f"{where} ({name}).intents.{intent.name}: slot {unknown[0]!r} is not a slot of {name}")
+    return ServiceSchema(name, str(record.get("description", "")), slots, intents, dict(record))
+
+
+class Schemas:
+    """Services by name; lookups of an unknown service, intent or slot fail in one line with a suggestion."""
+
+    def __init__(self, services: Iterable[ServiceSchema] = ()) -> None:
+        self.services: dict[str, ServiceSchema] = {}
+        for s in services:
+            self.services.setdefault(s.name, s)  # SGD repeats a service across splits, identically
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.services
+
+    def __len__(self) -> int:
+        return len(self.services)
+
+    def service(self, name: str) -> ServiceSchema:
+        try:
+            return self.services[name]
+        except KeyError:
+            hint = closest(name, self.services)
+            raise TodDataError(
+                f"service {name!r} is not in the schema" + (f" (did you mean {hint!r}?)" if hint else "")
+            ) from None
+
+    def intent(self, service: str, intent: str) -> IntentSpec:
+        spec = self.service(service)
+        try:
+            return spec.intents[intent]
+        except KeyError:
+            raise TodDataError(f"intent {intent!r} is not an intent of service {service!r}") from None
+
+    def slot(self, service: str, slot: str) -> SlotSpec:
+        spec = self.service(service)
+        try:
+            return spec.slots[slot]
+        except KeyError:
+            raise TodDataError(f"slot {slot!r} is not a slot of service {service!r}") from None
+
+    def has_slot(self, service: str, slot: str) -> bool:
+        return service in self.services and slot in self.services[service].slots
+
+    def subset(self, names: Iterable[str]) -> Schemas:
+        return Schemas(self.service(n) for n in sorted(set(names)))
+
+    def to_records(self) -> list[dict[str, Any]]:
+        return [self.services[n].raw for n in sorted(self.services)]
+
+    def write(self, path: str | Path) -> Path:
+        """SGD `schema.json` format (a list of service records), services sorted by name."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_records(), indent=2, ensure_ascii=False) + "\n")
+        tmp.replace(path)
+        return path
+
+
+def schema_files(path: str | Path) -> list[Path]:
+    """`path` itself when it is a file; else `schema.json` in the folder and in its train/dev/test subfolders."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    found = [path / "schema.json", *(path / split / "schema.json" for split in ("train", "dev", "test"))]
+    return [p for p in found if p.is_file()]
+
+
+def read_schema_file(path: Path) -> list[ServiceSchema]:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise TodDataError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
+    except OSError as exc:
+        raise TodDataError(f"{path}: cannot read ({exc.strerror})") from exc
+    if not isinstance(data, list):
+        raise TodDataError(f"{path}: an SGD schema is a list of services (service_name, slots, intents)")
+    out = []
+    for index, record in enumerate(data):
+        if not isinstance(record, dict):
+            raise TodDataError(f"{path}: [{index}]: a service must be an object")
+        try:
+            out.append(_service(record, f"[{index}]"))
+        except TodDataError as exc:
+            raise TodDataError(f"{path}: {exc}") from exc
+    return out
+
+
+def load_schemas(*paths: str | Path) -> Schemas:
+    """Services from schema.json files or folders holding them (train/dev/test subfolders included)."""
+    files = [f for p in paths for f in schema_files(p)]
+    if not files:
+        raise TodDataError(f"no schema.json in {', '.join(map(str, paths)) or '(no path)'}")
+    return Schemas(s for f in files for s in read_schema_file(f))
+
+
+# --- phrasing from the schema, shared by the template writer and the memory builders --------------------------------
+
+_BOOLEAN_PREFIXES = (
+    "boolean flag indicating whether ",
+    "boolean flag indicating if ",
+    "boolean flag whether ",
+    "boolean flag if ",
+    "boolean flag for whether ",
+    "whether ",
+    "if ",
+)
+_SOFT_PREFIXES = ("tentative ", "the ")
+
+
+def _lower_first(text: str) -> str:
+    # Keep acronyms ("IATA code") as they are.
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
+def is_boolean(slot: SlotSpec) -> bool:
+    return set(slot.possible_values) == {"True", "False"}
+
+
+def boolean_clause(slot: SlotSpec) -> str | None:
+    """'the restaurant has outdoor seating' for a True/False slot whose description reads like a condition."""
+    text = slot.description.strip().rstrip(".")
+    low = text.lower()
+    for prefix in _BOOLEAN_PREFIXES:
+        if low.startswith(prefix):
+            return text[len(prefix) :]
+    return None
+
+
+def slot_phrase(slot: SlotSpec) -> str:
+    """A short noun phrase for a slot: its description, lower-cased, cut at ' or ' ('date for the reservation')."""
+    text = slot.description.strip().rstrip(".") or slot.name.replace("_", " ")
+    text = text.split(" or ")[0]
+    for prefix in _SOFT_PREFIXES:
+        if text.lower().startswith(prefix):
+            text = text[len(prefix) :]
+    return _lower_first(text)
+
+
+def slot_question(slot: SlotSpec) -> str:
+    """The generic question a memory QA pair asks about a slot ('What is the date for the reservation?')."""
+    clause = boolean_clause(slot) if is_boolean(slot) else None
+    if clause:
+        return f"Should it be that {clause}?"
+    return f"What is the {slot_phrase(slot)}?"
+
+
+def intent_phrase(intent: IntentSpec) -> str:
+    """The intent as a verb phrase ('reserve a table at a restaurant')."""
+    return _lower_first(intent.description.strip().rstrip(".") or intent.name)

@@ -1,0 +1,266 @@
+"""The memory judger: input formatting, the three heads, learning, resume, the scorer, and `memrl eval judger`.
+
+The pairs are generated here in the judger-data contract: a query restates its task's restaurant, and a stored pair
+is relevant iff it comes from that task and answers a slot the dialogue still misses.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memrl.envs.tod.ranking import auc
+from memrl.train.config import JudgerStage, LoraConfig
+from memrl.train.judger import JudgerInput, load_judger
+from memrl.train.judger.data import read_pairs
+from memrl.train.trl_common import TrainContext
+
+RESTAURANTS = ["Sakura Garden", "Blue Fin", "La Piazza", "Golden Wok", "The Oak Room", "Casa Verde", "Red Lantern",
+               "Harbor Grill", "Little Saigon", "Olive Tree", "Spice Route", "Maple House", "Copper Pot"]  # fmt: skip
+CITIES = ["San Jose", "Oakland", "Berkeley", "Fremont", "Palo Alto", "Sunnyvale"]
+DATES = ["March 3rd", "next Friday", "the 12th", "Sunday", "April 9th", "tomorrow"]
+TIMES = ["6 pm", "7:30 pm", "noon", "8 pm", "5:45 pm"]
+PLACES = ["the airport", "Union Station", "the stadium", "Main Street"]
+QUESTIONS = {
+    "restaurant_name": "Which restaurant is it?",
+    "city": "Which city is the restaurant in?",
+    "date": "What date is the reservation for?",
+    "time": "What time is the reservation?",
+    "party_size": "How many people are coming?",
+    "destination": "Where is the ride going?",
+    "number_of_seats": "How many seats are needed?",
+}
+GOAL_SLOTS = ("date", "time", "party_size")
+
+
+def query_rows(persona: int, rng: random.Random) -> list[dict[str, Any]]:
+    """One confirming session and every QA pair of three earlier sessions (its task, same intent, a ride)."""
+    own, other = rng.sample(RESTAURANTS, 2)
+    city, other_city = rng.sample(CITIES, 2)
+    goal = {"restaurant_name": own, "city": city, "date": rng.choice(DATES), "time": rng.choice(TIMES),
+            "party_size": str(rng.randint(2, 8))}  # fmt: skip
+    stated = rng.sample(GOAL_SLOTS, rng.randint(0, 1))
+    missing = [s for s in GOAL_SLOTS if s not in stated]
+    context = [
+        {"speaker": "user", "utterance": f"Hi again, I want to wrap up my table at {own} in {city}."},
+        {"speaker": "assistant", "utterance": "Happy to help with that booking."},
+        *({"speaker": "user", "utterance": f"The {s.replace('_', ' ')} is {goal[s]}."} for s in stated),
+    ]
+    other_goal = {"restaurant_name": other, "city": other_city, "date": rng.choice(DATES),
+                  "time": rng.choice(TIMES), "party_size": str(rng.randint(2, 8))}  # fmt: skip
+    units = [
+        (1, f"reserve a table at {own} in {city}", goal, None),
+        (2, f"reserve a table at {other} in {other_city}", other_goal, "same_intent"),
+        (3, f"book a ride to {rng.choice(PLACES)}", {"destination": rng.choice(PLACES), "number_of_seats": "2"},
+         "other_intent"),
+    ]  # fmt: skip
+    rows = []
+    for unit, intent, qa, kind in units:
+        for slot, answer in qa.items():
+            label = int(kind is None and slot in missing)
+            rows.append({
+                "key": f"{persona}/9/{unit}/{slot}", "query_id": f"{persona}/9", "persona_id": persona,
+                "session_id": 9, "service": "Restaurants_1", "intent": "ReserveRestaurant", "context": context,
+                "intent_query": f"reserve a table at a restaurant; restaurant name {own}; city {city}",
+                "missing_slots": missing, "missing_descriptions": [QUESTIONS[s] for s in missing],
+                "memory_session_id": unit, "memory_intent": intent, "memory_service": "Restaurants_1",
+                "slot": slot, "question": QUESTIONS[slot], "answer": answer, "label": label,
+                "negative": None if label else (kind or "filled"),
+            })  # fmt: skip
+    return rows
+
+
+def write_pairs(folder: Path, train: int, evaluation: int, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    for split, n, first in (("train", train, 0), ("eval", evaluation, 1000)):
+        (folder / split).mkdir(parents=True, exist_ok=True)
+        rows = [row for persona in range(first, first + n) for row in query_rows(persona, rng)]
+        (folder / split / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def train(stage: JudgerStage, base: str, data: Path, out: Path) -> Path:
+    from memrl.train.judger.trainer import train_judger
+
+    return train_judger(stage, base, data, TrainContext(out, "judger", 0, "none", "test-judger"))
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_pairs(tmp_path_factory.mktemp("judger-data"), train=24, evaluation=8)
+
+
+@pytest.fixture(scope="module")
+def minilm_judger(pairs: Path, tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Path:
+    stage = JudgerStage(kind="judger", model="judger", lr=2e-4, max_steps=12, batch_size=16, micro_batch_size=16,
+                        max_length=128, checkpoints={"save_steps": 100})  # fmt: skip
+    return train(stage, "minilm", pairs, tmp_path_factory.mktemp("minilm-judger"))
+
+
+# ---- formatting -----------------------------------------------------------------------------------------------
+
+
+def long_item(turns: int) -> JudgerInput:
+    context = [
+        {"speaker": "user" if i % 2 == 0 else "assistant", "utterance": f"turn {i} says something quite long here"}
+        for i in range(turns)
+    ]
+    return JudgerInput(context, ["date", "time"], "What date is the reservation for?", "March 3rd", "reserve a table",
+                       "date")  # fmt: skip
+
+
+def test_cross_encoder_pair_keeps_the_newest_turns(model_cache: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from memrl import models
+    from memrl.train.judger.heads import build_head
+    from memrl.train.judger.inputs import cross_encoder_pair
+
+    tokenizer = AutoTokenizer.from_pretrained(models.resolve("minilm"))
+    first, note = cross_encoder_pair(long_item(40), tokenizer, 96)
+    assert "turn 39" in first and "turn 0 " not in first and first.endswith("Missing: date, time")
+    expected = "Note (earlier session: reserve a table). Slot: date. Question: What date is the reservation for?"
+    assert note == expected + " Answer: March 3rd"
+    batch = build_head("cross_encoder", tokenizer, 96).encode([long_item(40), long_item(2)])
+    assert batch["input_ids"].shape[0] == 2 and batch["input_ids"].shape[1] <= 96
+    short, _ = cross_encoder_pair(long_item(2), tokenizer, 96)
+    assert short.startswith("user: turn 0")
+
+
+def test_causal_prompt_keeps_the_instruction_and_newest_turns(tiny_qwen2: str) -> None:
+    from transformers import AutoTokenizer
+
+    from memrl.train.judger.inputs import INSTRUCTION, QUESTION, causal_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen2)
+    prompt = causal_prompt(long_item(60), tokenizer, 600)
+    assert INSTRUCTION in prompt and QUESTION in prompt and "turn 59" in prompt and "turn 0 " not in prompt
+    assert prompt.endswith("<|im_start|>assistant\n")  # the chat template's generation prompt: the answer is next
+    assert len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) <= 600
+
+
+# ---- heads ----------------------------------------------------------------------------------------------------
+
+
+def assert_scores(folder: Path, pairs: Path) -> list[float]:
+    rows = read_pairs(pairs / "eval" / "pairs.jsonl")[:5]
+    items = [JudgerInput.from_pair(r) for r in rows]
+    scorer = load_judger(folder)
+    batched = scorer.score(items, batch_size=4)
+    alone = [scorer.score([item])[0] for item in items]
+    assert all(0.0 < p < 1.0 for p in batched)
+    assert batched == pytest.approx(alone, abs=1e-5)  # padding changes nothing
+    return batched
+
+
+@pytest.mark.parametrize(("base", "head"), [("tiny-qwen2", "seq_cls"), ("tiny-llama", "yes_no")])
+def test_causal_heads_train_with_lora_and_score(base: str, head: str, pairs: Path, tmp_path: Path,
+                                                 request: pytest.FixtureRequest) -> None:  # fmt: skip
+    request.getfixturevalue(base.replace("-", "_"))  # pulled once per session
+    stage = JudgerStage(kind="judger", model="judger", head=head, lora=LoraConfig(rank=4, alpha=8), lr=1e-3,
+                        max_steps=2, batch_size=4, micro_batch_size=2, max_length=400,
+                        checkpoints={"save_steps": 1})  # fmt: skip
+    final = train(stage, base, pairs, tmp_path / "stage")
+    info = json.loads((final / "memrl_judger.json").read_text())
+    assert info == {"head": head, "base": base, "max_length": 400, "adapter": False}  # LoRA merged into the model
+    assert not (final / "adapter_config.json").exists()
+    assert json.loads((final / "memrl_checkpoint.json").read_text())["steps"] == 2
+    assert_scores(tmp_path / "stage", pairs)  # a stage folder loads its final/
+
+    if head == "seq_cls":  # resume: the interrupted run continues from its last checkpoint
+        shutil.rmtree(final)
+        state_file = tmp_path / "stage" / "checkpoint-2" / "trainer_state.json"
+        state = json.loads(state_file.read_text())
+        state["log_history"].append({"resumed_from": "checkpoint-2", "step": 2})
+        state_file.write_text(json.dumps(state))
+        final = train(stage.model_copy(update={"max_steps": 3}), base, pairs, tmp_path / "stage")
+        history = json.loads((tmp_path / "stage" / "log_history.json").read_text())
+        assert {"resumed_from": "checkpoint-2", "step": 2} in history
+        assert [row["step"] for row in history if "loss" in row] == [1, 2, 3]
+        assert json.loads((final / "memrl_checkpoint.json").read_text())["steps"] == 3
+
+
+def test_cross_encoder_learns(minilm_judger: Path, pairs: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer
+
+    from memrl import models
+    from memrl.train.judger.heads import build_head
+    from memrl.train.judger.scorer import JudgerScorer
+
+    rows = read_pairs(pairs / "eval" / "pairs.jsonl")
+    items, labels = [JudgerInput.from_pair(r) for r in rows], [r["label"] for r in rows]
+    trained = auc(labels, load_judger(minilm_judger).score(items))
+    torch.manual_seed(0)
+    head = build_head("cross_encoder", AutoTokenizer.from_pretrained(models.resolve("minilm")), 128)
+    untrained = auc(labels, JudgerScorer(head.load_model(models.resolve("minilm")), head).score(items))
+    assert trained >= 0.8 and trained >= untrained + 0.15, (trained, untrained)
+    info = json.loads((minilm_judger / "memrl_judger.json").read_text())
+    assert info["head"] == "cross_encoder" and not info["adapter"]
+    assert_scores(minilm_judger, pairs)
+
+
+# ---- evaluation -----------------------------------------------------------------------------------------------
+
+KEYS = {"recall@1", "recall@3", "recall@5", "retrieval_recall@1", "retrieval_recall@3", "retrieval_recall@5",
+        "judger_recall@1", "judger_recall@3", "judger_recall@5", "auc", "alpha_sweep", "queries", "pairs",
+        "positives"}  # fmt: skip
+
+
+def test_eval_judger_cli_writes_every_metric_and_resumes(minilm_judger: Path, pairs: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from memrl.cli import app
+    from memrl.train.judger.evaluate import evaluate_judger
+
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        app,
+        ["eval", "judger", "--model", str(minilm_judger.parent), "--data", str(pairs / "eval"), "--out", str(out),
+         "--retriever", "bm25", "--top-units", "2"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+    printed = json.loads(result.stdout.strip().splitlines()[-1])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert printed == metrics and set(metrics) >= KEYS
+    assert (metrics["queries"], metrics["pairs"], metrics["top_units"]) == (8, 8 * 12, 2)
+    assert list(metrics["alpha_sweep"]) == ["0.0", "0.25", "0.5", "0.75", "1.0"]
+    assert metrics["alpha_sweep"]["1.0"]["recall@5"] == metrics["retrieval_recall@5"]
+    assert metrics["alpha_sweep"]["0.0"]["recall@1"] == metrics["judger_recall@1"]
+    assert all(0.0 <= metrics[k] <= 1.0 for k in KEYS - {"alpha_sweep", "queries", "pairs", "positives"})
+
+    # A killed run resumes: keep half of the scores, rerun, and every pair is scored exactly once.
+    lines = (out / "scores.jsonl").read_text().splitlines()
+    assert len(lines) == metrics["pairs"]
+    (out / "scores.jsonl").write_text("\n".join(lines[:50]) + "\n" + lines[50][:20])  # a torn last line too
+    again = evaluate_judger(str(minilm_judger), pairs / "eval" / "pairs.jsonl", out, retriever="bm25", top_units=2)
+    keys = [json.loads(line)["key"] for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert sorted(keys) == sorted(set(keys)) and len(keys) == metrics["pairs"]
+    assert again["auc"] == pytest.approx(metrics["auc"], abs=1e-3)
+
+
+def test_eval_without_a_judger_is_retrieval_only(pairs: Path, tmp_path: Path) -> None:
+    from memrl.train.judger.evaluate import evaluate_judger
+
+    metrics = evaluate_judger(None, pairs / "eval" / "pairs.jsonl", tmp_path, retriever="bm25", top_units=None)
+    assert metrics["recall@5"] == metrics["retrieval_recall@5"]
+    assert metrics["auc"] is None and metrics["judger_recall@1"] is None and metrics["alpha_sweep"] is None
+    assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_malformed_pairs_fail_in_one_line(tmp_path: Path) -> None:
+    from memrl.errors import ConfigError
+    from memrl.train.judger.data import require_pairs
+
+    bad = tmp_path / "eval" / "pairs.jsonl"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({"key": "1", "query_id": "q"}) + "\n")
+    with pytest.raises(ConfigError, match=r"pairs.jsonl:1: judger pair lacks field 'context'"):
+        read_pairs(require_pairs(tmp_path, "eval"))
+    with pytest.raises(ConfigError, match=r"train/pairs.jsonl does not exist: build judger data with `memrl data"):
+        require_pairs(tmp_path, "train")

@@ -1,0 +1,156 @@
+"""`memrl eval tod` as users run it, on the shipped MS-TOD fixture: Ray actors, resumable output, real models."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MEMRL = [sys.executable, "-m", "memrl.cli"]
+DATA = Path(__file__).parent / "fixtures" / "mstod"
+METRICS = ("jga", "slot_accuracy", "dte", "success_rate", "recall@1", "recall@3", "recall@5")
+
+
+def _memrl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    return subprocess.run([*MEMRL, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "sessions.jsonl").read_text().splitlines()]
+
+
+def _confirming(persona_ids: set[int]) -> set[str]:
+    keys = set()
+    for path in DATA.glob("persona_*.json"):
+        ind = json.loads(path.read_text())
+        if ind["persona_id"] in persona_ids:
+            keys |= {f"{ind['persona_id']}/{s['session_id']}" for s in ind["sessions"] if s["confirmation_state"]}
+    return keys
+
+
+def _check_ranges(metrics: dict[str, Any], max_turns: int) -> None:
+    for key in ("jga", "slot_accuracy", "success_rate", "recall@1", "recall@3", "recall@5"):
+        assert 0.0 <= metrics[key] <= 1.0, key
+    assert 1.0 <= metrics["dte"] <= max_turns
+    assert metrics["recall@1"] <= metrics["recall@3"] <= metrics["recall@5"]
+
+
+@pytest.fixture(scope="module")
+def judger_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from memrl.data_gen.judger import build_judger_dataset
+
+    out = tmp_path_factory.mktemp("judger-data")
+    build_judger_dataset(DATA, out, 2, None, 0, None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def judger(judger_data: Path, tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Path:
+    """The MiniLM cross-encoder after 2 steps: untrained in effect, but a real judger folder the scorer loads."""
+    from memrl.train.config import JudgerStage
+    from memrl.train.judger.trainer import train_judger
+    from memrl.train.trl_common import TrainContext
+
+    stage = JudgerStage(kind="judger", model="judger", max_steps=2, batch_size=8, micro_batch_size=8, max_length=128)
+    out = tmp_path_factory.mktemp("judger")
+    return train_judger(stage, "minilm", judger_data, TrainContext(out, "judger", 0, "none", "tod-eval"))
+
+
+def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    base = ["eval", "tod", "--data", str(DATA), "--reader", "template", "--judger", "none", "--retriever", "bm25",
+            "--individuals", "2", "--out", str(out)]  # fmt: skip
+    first = _memrl(*base)
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads(first.stdout)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert summary == metrics
+    assert set(METRICS) <= metrics.keys()
+    _check_ranges(metrics, max_turns=10)
+    records = _records(out)
+    assert {r["key"] for r in records} == _confirming({1, 2})
+    assert metrics["sessions"] == len(records) == metrics["sessions_with_gold"]
+    assert metrics["individuals"] == 2
+    assert metrics["failures"] == {"intent": 0, "reader": 0, "reasoner": 0, "supervisor": 0, "user": 0}
+    assert metrics["setup"]["reader"] == "template"
+    assert metrics["success_rate"] == 1.0  # the rule user fixes one slot a turn; the template restates it
+    for r in records:
+        assert r["dte"] == 1 + len(r["outstanding"][0])
+        assert r["jga"] == float(not r["outstanding"][0])
+        assert len(r["a_core"]) == 5
+        assert r["turns"][0]["speaker"] == "assistant"
+        assert all(s["judger"] is None for s in r["ranked"])
+
+    # A crash mid-write leaves a torn last line: the rerun drops it and recomputes nothing that was finished.
+    before = (out / "sessions.jsonl").read_bytes()
+    with (out / "sessions.jsonl").open("a") as f:
+        f.write('{"key": "torn')
+    again = _memrl(*base)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (out / "sessions.jsonl").read_bytes() == before
+    assert json.loads(again.stdout) == metrics
+    assert "Ray" not in again.stderr  # nothing left to run: no cluster started
+
+    other = _memrl(*base[:-2], "--max-turns", "3", "--out", str(out))
+    assert other.returncode == 2
+    assert "holds a run with different max_turns" in other.stderr
+
+
+def test_smollm2_reader_and_a_trained_judger_on_the_eval_split(judger: Path, judger_data: Path, tmp_path: Path) -> None:
+    """The default reader, served once for both workers, with a judger fused into the ranking (alpha 0.3)."""
+    out = tmp_path / "judged"
+    result = _memrl(
+        "eval", "tod", "--data", str(DATA), "--reader", "smollm2", "--judger", str(judger.parent), "--alpha", "0.3",
+        "--split-from", str(judger_data), "--top-units", "4", "--sessions", "2", "--max-turns", "1",
+        "--max-tokens", "16", "--workers", "2", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads(result.stdout)
+    _check_ranges(metrics, max_turns=1)
+    assert metrics["sessions"] == 2
+    assert metrics["setup"]["reader"] == "smollm2"
+    assert metrics["setup"]["judger"] == str(judger.parent)
+    eval_ids = set(json.loads((judger_data / "stats.json").read_text())["individuals"]["eval"])
+    records = _records(out)
+    assert {r["key"] for r in records} <= _confirming(eval_ids)
+    assert (out / "logs" / "serve-0.log").is_file()  # one server, shared by both workers
+    assert not (out / "logs" / "serve-1.log").exists()
+    for r in records:
+        assert len({s["key"].split("/")[2] for s in r["ranked"]}) <= 4  # pairs of the 4 closest units only
+        for s in r["ranked"]:
+            assert 0.0 <= s["judger"] <= 1.0
+            assert s["final"] == pytest.approx(0.3 * s["retrieval"] + 0.7 * s["judger"], abs=2e-4)
+        assert [s["final"] for s in r["ranked"]] == sorted((s["final"] for s in r["ranked"]), reverse=True)
+        # The model wrote the confirmation (an empty one is counted, never fatal).
+        assert [t["utterance"] for t in r["turns"]] == [r["confirmation"]]
+        assert r["failures"]["reader"] == int(not r["confirmation"])
+        assert not r["confirmation"].startswith("Welcome back! Let me confirm")
+        assert r["dte"] == 1 and r["success"] == (not r["outstanding"][0])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--data", "/nonexistent"], "--data /nonexistent: not a folder"),
+        (["--retriever", "sparse"], "retriever: expected 'dense', 'bm25' or 'hybrid'"),
+        (["--judger", "/nonexistent"], "--judger /nonexistent: not a folder"),
+        (["--reader", "template", "--reasoner", "llm"], "name one with --llm"),
+        (["--split-from", "/"], "stats.json: not found"),
+    ],
+)
+def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    flags = dict(zip(args[::2], args[1::2], strict=True))
+    flags.setdefault("--data", str(DATA))
+    result = _memrl("eval", "tod", *(x for kv in flags.items() for x in kv), "--out", str(tmp_path / "o"))
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("memrl: error:")
+    assert message in lines[0]
+    assert not (tmp_path / "o").exists()  # rejected before anything was written

@@ -1,0 +1,86 @@
+"""Retrieval over memory QA pairs (dense, BM25, hybrid), intent alignment, fusion, Recall@k and AUC."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from memrl.envs.tod.ranking import auc, mean_recall_at_k, recall_at_k
+from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, minmax, retrieve
+
+DOCS = [
+    "book a ride to the airport for two people",
+    "reserve a table at Sakura Garden in San Jose for dinner",
+    "what is the weather like in Oakland tomorrow",
+]
+
+
+@pytest.mark.parametrize("kind", ["dense", "bm25", "hybrid"])
+def test_each_retriever_ranks_the_relevant_doc_first(kind: str) -> None:
+    scores = build_retriever(kind).score("a table at Sakura Garden restaurant in San Jose", DOCS)
+    assert len(scores) == 3 and max(range(3), key=lambda i: scores[i]) == 1
+    assert build_retriever(kind).score("anything", []) == []
+
+
+def test_unknown_retriever() -> None:
+    with pytest.raises(ValueError, match="unknown retriever 'tfidf'"):
+        build_retriever("tfidf")
+
+
+def cand(unit: int, intent: str, slot: str, answer: str) -> Candidate:
+    return Candidate(f"{unit}/{slot}", unit, intent, slot, f"What is the {slot}?", answer)
+
+
+CANDIDATES = [
+    cand(1, "book a ride to the airport", "destination", "the airport"),
+    cand(1, "book a ride to the airport", "seats", "2"),
+    cand(2, "reserve a table at Sakura Garden in San Jose", "date", "March 3rd"),
+    cand(2, "reserve a table at Sakura Garden in San Jose", "time", "7 pm"),
+    cand(3, "find a dentist in Fremont", "city", "Fremont"),
+    cand(4, "reserve a table at Blue Fin in Oakland", "date", "Friday"),
+]
+
+
+def test_intent_alignment_keeps_only_the_top_units() -> None:
+    bm25 = build_retriever("bm25")
+    query = "reserve a table at a restaurant; restaurant name Sakura Garden; city San Jose"
+    top1 = retrieve(query, CANDIDATES, bm25, top_units=1)
+    assert {c.unit for c, _ in top1} == {2}
+    top2 = retrieve(query, CANDIDATES, bm25, top_units=2)
+    assert {c.unit for c, _ in top2} == {2, 4}
+    everything = retrieve(query, CANDIDATES, bm25, top_units=None)
+    assert len(everything) == len(CANDIDATES)
+    scores = [s for _, s in everything]
+    assert scores == sorted(scores, reverse=True) and scores[0] == 1.0 and scores[-1] == 0.0
+    assert retrieve(query, [], bm25, top_units=2) == []
+
+
+def test_candidate_from_a_pairs_row() -> None:
+    row = {"key": "7/12/4/date", "memory_session_id": 4, "memory_intent": "reserve a table at X",
+           "slot": "date", "question": "What date?", "answer": "March 3rd", "label": 1}  # fmt: skip
+    c = Candidate.from_pair(row)
+    assert (c.key, c.unit, c.slot) == ("7/12/4/date", 4, "date")
+    assert c.text() == "reserve a table at X. What date? March 3rd"
+
+
+def test_fuse_and_minmax() -> None:
+    assert fuse([1.0, 0.0], [0.2, 0.8], 0.25) == pytest.approx([0.4, 0.6])
+    assert fuse([1.0], [0.0], 1.0) == [1.0] and fuse([1.0], [0.0], 0.0) == [0.0]
+    with pytest.raises(ValueError, match="alpha"):
+        fuse([1.0], [1.0], 1.5)
+    assert minmax([2.0, 4.0, 3.0]) == [0.0, 1.0, 0.5]
+    assert minmax([5.0, 5.0]) == [1.0, 1.0] and minmax([]) == []
+
+
+def test_recall_at_k_and_auc() -> None:
+    ranked = ["a", "b", "c", "d"]
+    assert recall_at_k(ranked, {"b", "d"}, 1) == 0.0
+    assert recall_at_k(ranked, {"b", "d"}, 2) == 0.5
+    assert recall_at_k(ranked, {"b", "d"}, 5) == 1.0
+    assert recall_at_k(ranked, {"z"}, 3) == 0.0  # gold that retrieval dropped counts as missed
+    assert math.isnan(recall_at_k(ranked, set(), 3))
+    assert mean_recall_at_k([(ranked, {"a"}), (ranked, set()), (ranked, {"d"})], 1) == 0.5  # the empty one skipped
+    assert auc([0, 1, 0, 1], [0.1, 0.9, 0.3, 0.8]) == 1.0
+    assert auc([0, 1, 1, 0], [0.9, 0.1, 0.2, 0.8]) == 0.0
+    assert math.isnan(auc([1, 1], [0.2, 0.3]))

@@ -1,0 +1,136 @@
+"""Memory activation on held-out judger data: does the judger lift the gold QA pairs into the top k?
+
+Per query (one confirming session): intent-aligned retrieval over its candidates gives s_pre, the judger gives
+s, and the fused score alpha * s_pre + (1 - alpha) * s ranks the retrieved pairs. Recall@k counts the gold pairs in
+the top k (gold outside the kept units counts as missed). Judger scores stream to `scores.jsonl`, so a killed run
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from memrl.context import progress
+from memrl.envs.tod.ranking import auc, mean_recall_at_k
+from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, retrieve
+from memrl.errors import ConfigError
+from memrl.jsonl import ResumableJsonl
+from memrl.train.judger.data import read_pairs
+from memrl.train.judger.inputs import JudgerInput
+from memrl.train.judger.trainer import JUDGER_FILE
+
+ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
+KS = (1, 3, 5)
+
+
+def score_pairs(
+    judger: str, rows: Sequence[dict[str, Any]], out: Path, batch_size: int, console: Console
+) -> dict[str, float]:
+    """Judger probability per pair key, reusing the scores a previous run wrote."""
+    from memrl.train.judger.scorer import judger_folder, load_judger
+
+    # Scores of another judger (or of this folder before it was retrained) must not be reused.
+    folder = judger_folder(judger)
+    info = folder / JUDGER_FILE
+    identity = {"judger": str(folder.resolve()), "trained": info.stat().st_mtime_ns if info.is_file() else None}
+    meta = out / "scores.meta.json"
+    if not meta.is_file() or json.loads(meta.read_text()) != identity:
+        (out / "scores.jsonl").unlink(missing_ok=True)
+        meta.write_text(json.dumps(identity))
+    scores = ResumableJsonl(out / "scores.jsonl")
+    todo = [r for r in rows if str(r["key"]) not in scores.done]
+    if todo:
+        with console.status(f"loading judger {judger}"):
+            scorer = load_judger(judger)
+        chunk = batch_size * 8  # a few batches between appends: resume granularity vs fsync cost
+        with progress(console) as bar:
+            task = bar.add_task("judger: scoring pairs", total=len(todo))
+            for start in range(0, len(todo), chunk):
+                part = todo[start : start + chunk]
+                probs = scorer.score([JudgerInput.from_pair(r) for r in part], batch_size=batch_size)
+                for row, p in zip(part, probs, strict=True):
+                    scores.append({"key": row["key"], "query_id": row["query_id"], "label": row["label"], "score": p})
+                bar.advance(task, len(part))
+    return {str(r["key"]): float(r["score"]) for r in scores.records()}
+
+
+def evaluate_judger(
+    judger: str | None,
+    pairs_path: Path,
+    out: Path,
+    *,
+    retriever: str = "dense",
+    alpha: float = 0.5,
+    top_units: int | None = 3,
+    alphas: Sequence[float] = ALPHAS,
+    ks: Sequence[int] = KS,
+    batch_size: int = 32,
+    max_queries: int | None = None,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Write and return `out/metrics.json`. `judger=None`: retrieval alone (the judger keys are null).
+    `max_queries` keeps the first N queries of the file (smoke runs)."""
+    console = console or Console(stderr=True)
+    rows = read_pairs(pairs_path)
+    if max_queries is not None:
+        first = set(list(dict.fromkeys(str(r["query_id"]) for r in rows))[:max_queries])
+        rows = [r for r in rows if str(r["query_id"]) in first]
+    keys = [str(r["key"]) for r in rows]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ConfigError(f"{pairs_path}: pair key {dup!r} appears twice")
+    out.mkdir(parents=True, exist_ok=True)
+    judged = score_pairs(judger, rows, out, batch_size, console) if judger is not None else None
+
+    queries: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        queries.setdefault(str(row["query_id"]), []).append(row)
+    sweep = sorted({*alphas, alpha, 0.0, 1.0})
+    rankings: dict[float, list[tuple[list[str], set[str]]]] = {a: [] for a in sweep}
+    ranker = build_retriever(retriever)
+    with progress(console) as bar:
+        task = bar.add_task(f"retrieval ({retriever})", total=len(queries))
+        for query_rows in queries.values():
+            gold = {str(r["key"]) for r in query_rows if r["label"] == 1}
+            query = str(query_rows[0].get("intent_query") or "")
+            kept = retrieve(query, [Candidate.from_pair(r) for r in query_rows], ranker, top_units)
+            s_pre = [s for _, s in kept]
+            for a in sweep:
+                s_j = [judged[c.key] for c, _ in kept] if judged is not None else s_pre
+                fused = fuse(s_pre, s_j, a)
+                order = sorted(range(len(kept)), key=lambda i: -fused[i])  # ties keep the retrieval order
+                rankings[a].append(([kept[i][0].key for i in order], gold))
+            bar.advance(task)
+
+    def recalls(a: float) -> dict[str, float | None]:
+        return {f"recall@{k}": _round(mean_recall_at_k(rankings[a], k)) for k in ks}
+
+    retrieval_only = recalls(1.0)
+    metrics: dict[str, Any] = {
+        **(recalls(alpha) if judged is not None else retrieval_only),
+        **{f"retrieval_{k}": v for k, v in retrieval_only.items()},
+        **{f"judger_{k}": (v if judged is not None else None) for k, v in recalls(0.0).items()},
+        "auc": _round(auc([int(r["label"]) for r in rows], [judged[k] for k in keys])) if judged is not None else None,
+        "alpha_sweep": {str(a): recalls(a) for a in alphas} if judged is not None else None,
+        "alpha": alpha,
+        "retriever": retriever,
+        "top_units": top_units,
+        "judger": judger,
+        "data": str(pairs_path),
+        "queries": len(queries),
+        "queries_with_gold": sum(1 for _, gold in rankings[1.0] if gold),
+        "pairs": len(rows),
+        "positives": sum(1 for r in rows if r["label"] == 1),
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
+def _round(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 4)

@@ -1,0 +1,67 @@
+"""Multi-GPU judger training: torchrun runs `memrl.train.judger.main` once per GPU; DeepSpeed ZeRO configs.
+
+Several nodes: every node runs the same `memrl run` with NODE_RANK, MASTER_ADDR (and MASTER_PORT) set; the
+printed command keeps those as `${NAME}` references for the same reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+
+from memrl.errors import ConfigError
+from memrl.train.config import ClusterConfig
+
+ENTRY = "memrl.train.judger.main"
+BUNDLED_DEEPSPEED = ("zero2", "zero3")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+
+
+def deepspeed_config(ref: str, *, must_exist: bool = True) -> Path:
+    """`zero2` / `zero3` name the configs memrl ships; anything else is a path to a DeepSpeed JSON."""
+    if ref in BUNDLED_DEEPSPEED:
+        return Path(str(resources.files("memrl.recipes") / "deepspeed" / f"{ref}.json"))
+    path = Path(ref).expanduser()
+    if must_exist and not path.is_file():
+        raise ConfigError(f"deepspeed: {ref!r} is neither {' nor '.join(BUNDLED_DEEPSPEED)} nor an existing JSON file")
+    return path
+
+
+def torchrun_command(recipe: Path, stage: str, cluster: ClusterConfig) -> list[str]:
+    if cluster.ray_address is not None:
+        raise ConfigError(f"stages.{stage}.cluster.ray_address: judger stages launch with torchrun, not Ray")
+    local = Path(sys.executable).with_name("torchrun")
+    argv = [str(local) if local.is_file() else "torchrun", f"--nnodes={cluster.nnodes}"]
+    if cluster.nnodes == 1:
+        argv.append("--standalone")
+    else:
+        argv += [
+            "--node-rank=${NODE_RANK}",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT:-29500}",
+        ]
+    return [*argv, f"--nproc-per-node={cluster.gpus_per_node}", "-m", ENTRY, str(recipe), "--stage", stage]
+
+
+def resolve_refs(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Fill `${NAME}` / `${NAME:-default}` from the environment; an unset name without default fails in one line."""
+    environ = os.environ if environ is None else environ
+
+    def fill(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        value = environ.get(name, default)
+        if value is None:
+            raise ConfigError(f"multi-node judger training: set {name} on every node (NODE_RANK, MASTER_ADDR)")
+        return value
+
+    return [_ENV_REF.sub(fill, arg) for arg in argv]
+
+
+def format_command(argv: Sequence[str]) -> str:
+    """One line a shell takes as is; arguments with `${NAME}` references are double-quoted so the shell fills them."""
+    return " ".join(f'"{a}"' if _ENV_REF.search(a) else shlex.quote(a) for a in argv)
