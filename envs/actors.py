@@ -8,6 +8,7 @@ import os
 import socket
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -45,6 +46,26 @@ def start_ray(address: str | None, stack: contextlib.ExitStack) -> None:
 def actor_error_cause(exc: BaseException) -> BaseException:
     """The exception raised inside an actor, not Ray's wrapper around it."""
     return getattr(exc, "cause", None) or exc
+
+
+T = TypeVar("T")
+
+
+def next_finished(in_flight: dict[Any, T], name: Callable[[T], str]) -> tuple[T, Any]:
+    """Wait for any in-flight actor call; pop it and return (its tag, its result).
+
+    A failed call raises a one-line `MemrlError` naming the work (`name(tag)`) and the actor's own exception;
+    whatever finished before is already on disk, so a rerun resumes from there.
+    """
+    import ray
+
+    ready, _ = ray.wait(list(in_flight), num_returns=1)
+    tag = in_flight.pop(ready[0])
+    try:
+        return tag, ray.get(ready[0])
+    except Exception as exc:
+        cause = actor_error_cause(exc)
+        raise MemrlError(f"{name(tag)} failed: {first_line(cause)}") from cause
 
 
 def endpoint_server(

@@ -14,6 +14,8 @@ from rich.table import Table
 
 from memrl.data_cli import data_app
 from memrl.envs.collab.cli import collab_app, eval_collab
+from memrl.envs.pahf.cli import pahf_app
+from memrl.envs.pahf.eval_cli import eval_pahf
 from memrl.envs.tod.cli import eval_tod
 from memrl.errors import MemrlError
 from memrl.judger_cli import eval_judger
@@ -34,6 +36,7 @@ app.add_typer(models_app, name="models")
 eval_app = typer.Typer(help="Evaluate agents in the simulated environments.", no_args_is_help=True)
 app.add_typer(env_app, name="env")
 app.add_typer(collab_app, name="collab")
+app.add_typer(pahf_app, name="pahf")
 app.add_typer(eval_app, name="eval")
 app.add_typer(data_app, name="data")
 app.add_typer(reward_app, name="reward")
@@ -41,6 +44,7 @@ eval_app.command("collab")(eval_collab)
 eval_app.command("reflector")(eval_reflector)
 eval_app.command("judger")(eval_judger)
 eval_app.command("tod")(eval_tod)
+eval_app.command("pahf")(eval_pahf)
 app.command("export")(export)
 
 console = Console(stderr=True)

@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from memrl.context import progress
-from memrl.envs.actors import actor_error_cause, endpoint_server, start_ray
+from memrl.envs.actors import endpoint_server, next_finished, start_ray
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
@@ -164,7 +164,6 @@ def _resume_state(sink: ResumableJsonl) -> dict[str, tuple[int, AgentMemory]]:
 
 def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
     """Run (or resume) the evaluation into `out`; return every session record."""
-    import ray
 
     users = select_profiles(cfg)
     plan = assign_problems(users, select_problems(cfg), cfg.sessions, cfg.seed)
@@ -199,14 +198,7 @@ def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[
             submit(user_id, slot)
         slots = {user_id: slot for slot, user_id in enumerate(todo)}
         while in_flight:
-            ready, _ = ray.wait(list(in_flight), num_returns=1)
-            user_id = in_flight.pop(ready[0])
-            try:
-                record = ray.get(ready[0])
-            except Exception as exc:  # finished sessions are on disk; name the failure in one line
-                cause = actor_error_cause(exc)
-                index = todo[user_id][0]
-                raise MemrlError(f"user {user_id} session {index} failed: {cause}") from cause
+            user_id, record = next_finished(in_flight, lambda user: f"user {user} session {todo[user][0]}")
             sink.append(record)
             bar.advance(task)
             index = record["session"] + 1

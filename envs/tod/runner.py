@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from memrl.context import progress
-from memrl.envs.actors import actor_error_cause, endpoint_server, start_ray
+from memrl.envs.actors import endpoint_server, next_finished, start_ray
 from memrl.envs.tod.config import TodEvalConfig
 from memrl.envs.tod.formats import Individual, Session, Turn, load_tod_dir
 from memrl.envs.tod.memory import MemoryUnit, load_memory_banks
@@ -231,7 +231,6 @@ def _ray_worker_class() -> Any:
 
 def run_tod(cfg: TodEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
     """Run (or resume) the evaluation into `out`; return the records of the chosen sessions."""
-    import ray
 
     schemas = load_schemas(cfg.schema_path())
     jobs = plan_jobs(cfg, schemas)
@@ -264,13 +263,7 @@ def run_tod(cfg: TodEvalConfig, out: Path, console: Console) -> list[dict[str, A
                 submit(slot)
             done = 0
             while in_flight:
-                ready, _ = ray.wait(list(in_flight), num_returns=1)
-                key = in_flight.pop(ready[0])
-                try:
-                    record = ray.get(ready[0])
-                except Exception as exc:  # finished sessions are on disk; name the failure in one line
-                    cause = actor_error_cause(exc)
-                    raise MemrlError(f"session {key} failed: {first_line(cause)}") from cause
+                _, record = next_finished(in_flight, lambda key: f"session {key}")
                 sink.append(record)
                 bar.advance(task)
                 done += 1

@@ -1,0 +1,1 @@
+"""PAHF: continual personalization from pre-action questions and post-action feedback, with per-user memory."""

@@ -1,0 +1,307 @@
+"""The PAHF agent: retrieve -> summarise -> decide (or ask once) -> act -> learn from feedback.
+
+Kinds (the paper's four settings) differ only in which feedback channels they use; see `ABILITIES`. Every model
+call goes through a `ChatBackend`; an unusable reply is counted in `failures` and never stops a run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, Protocol
+
+from memrl.envs.pahf import prompts
+from memrl.envs.pahf.memory import MemoryStore
+from memrl.rollout.base import ChatBackend, SamplingParams
+from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
+
+Domain = Literal["shopping", "embodied"]
+FAILURE_KINDS = ("decision", "summary", "salience", "note", "merge")
+RAW_KEPT = 300  # characters of an unusable decision reply kept in the task record
+
+
+class AgentKind(StrEnum):
+    NONE = "none"
+    PRE = "pre"
+    POST = "post"
+    PAHF = "pahf"
+
+
+@dataclass(frozen=True)
+class Abilities:
+    memory: bool  # reads and writes a per-user note store
+    asks: bool  # may ask one clarification question per task (learning phases only)
+    learns_from_answers: bool
+    learns_from_feedback: bool  # post-action corrections
+
+
+ABILITIES: dict[AgentKind, Abilities] = {
+    AgentKind.NONE: Abilities(memory=False, asks=False, learns_from_answers=False, learns_from_feedback=False),
+    AgentKind.PRE: Abilities(memory=True, asks=True, learns_from_answers=True, learns_from_feedback=False),
+    AgentKind.POST: Abilities(memory=True, asks=False, learns_from_answers=False, learns_from_feedback=True),
+    AgentKind.PAHF: Abilities(memory=True, asks=True, learns_from_answers=True, learns_from_feedback=True),
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One decision: what the agent sees, and the gold option it is scored against."""
+
+    domain: Domain
+    user: str
+    instruction: str
+    options: dict[str, str]  # letter -> what the option does, in order (A, B, C, D)
+    gold: str
+    scene: str = ""
+
+
+class TaskUser(Protocol):
+    """The simulated user of one task: answers the agent's question and reacts to its action."""
+
+    async def answer(self, question: str) -> str: ...
+
+    async def feedback(self, choice: str) -> str | None:
+        """Post-action feedback on a wrong `choice`; None when the user has nothing to say."""
+        ...
+
+
+@dataclass(frozen=True)
+class AgentSampling:
+    """Sampling per model call of the agent (`PahfSampling.agent()` builds the defaults)."""
+
+    decision: SamplingParams
+    summary: SamplingParams
+    salience: SamplingParams
+    note: SamplingParams
+    merge: SamplingParams
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str | None  # an option letter, prompts.ASK, or None when the reply was unusable
+    thought: str = ""
+    question: str = ""
+    raw: str = ""
+
+
+def parse_decision(raw: str, letters: str, may_ask: bool) -> Decision:
+    """The action of a decision reply; None when it is missing, not an option, or an ask that is not allowed."""
+    parsed = parse_json_object(raw, required=("action",))
+    if isinstance(parsed, JSONParseFailure):
+        return Decision(None, raw=raw)
+    data = parsed.data
+    text = field_text(data.get("action")).strip().strip(".()").strip()
+    thought, question = field_text(data.get("thought")).strip(), field_text(data.get("question")).strip()
+    if text.upper() in letters and len(text) == 1:
+        return Decision(text.upper(), thought, question, raw)
+    if text.lower().startswith(prompts.ASK) and may_ask and question:
+        return Decision(prompts.ASK, thought, question, raw)
+    return Decision(None, thought, question, raw)
+
+
+def parse_salient(raw: str) -> bool | None:
+    """yes/no of a salience reply; None when unusable."""
+    parsed = parse_json_object(raw, required=prompts.SALIENCE_KEYS)
+    if isinstance(parsed, JSONParseFailure):
+        return None
+    value = parsed.data["salient"]
+    if isinstance(value, bool):
+        return value
+    word = field_text(value).strip().lower()
+    if word.startswith("yes") or word == "true":
+        return True
+    if word.startswith("no") or word == "false":
+        return False
+    return None
+
+
+def _note(raw: str) -> str | None:
+    parsed = parse_json_object(raw, required=prompts.NOTE_KEYS)
+    if isinstance(parsed, JSONParseFailure):
+        return None
+    return field_text(parsed.data["note"]).strip() or None
+
+
+@dataclass
+class Write:
+    """What one piece of feedback did to memory."""
+
+    source: Literal["answer", "feedback"]
+    text: str
+    salient: bool
+    note: str = ""
+    action: Literal["skip", "add", "merge"] = "skip"
+    note_id: int | None = None
+    similarity: float | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class MemoryWriter:
+    """Salience check -> one-note summary -> integrate (merge into the nearest note above `tau`, else add).
+
+    The pluggable memory-writing step: a trained reflector can stand behind `backend`.
+    """
+
+    backend: ChatBackend
+    sampling: AgentSampling
+    tau: float = 0.8
+
+    async def write(
+        self,
+        store: MemoryStore,
+        task: Task,
+        source: Literal["answer", "feedback"],
+        text: str,
+        failures: Counter[str],
+        question: str | None = None,
+    ) -> Write:
+        raw = (await self.backend.achat(prompts.salience_messages(text), self.sampling.salience)).text
+        salient = parse_salient(raw)
+        if salient is None:
+            failures["salience"] += 1  # counted, and treated as not worth storing
+        if not salient:
+            return Write(source, text, False)
+        raw = (
+            await self.backend.achat(
+                prompts.note_messages(task.user, task.instruction, text, question), self.sampling.note
+            )
+        ).text
+        note = _note(raw)
+        if note is None:
+            failures["note"] += 1
+            note = f"{task.user}: {text}"  # the feedback itself still carries the preference
+        write = await self.integrate(store, task.user, note, failures)
+        write.source, write.text = source, text
+        return write
+
+    async def integrate(self, store: MemoryStore, user: str, note: str, failures: Counter[str]) -> Write:
+        """Merge `note` into the user's most similar note when the cosine reaches `tau`; else add it."""
+        hit = store.most_similar(user, note, self.tau)
+        if hit is None:
+            return Write("feedback", note, True, note, "add", store.add(user, note))
+        old, score = hit
+        raw = (await self.backend.achat(prompts.merge_messages(old.text, note), self.sampling.merge)).text
+        merged = _note(raw)
+        if merged is None:
+            failures["merge"] += 1
+            merged = note  # newer information wins over a stale note
+        store.update(user, old.id, merged)
+        return Write("feedback", note, True, merged, "merge", old.id, round(float(score), 4))
+
+
+@dataclass
+class Outcome:
+    """One task, as the protocol records it."""
+
+    choice: str | None
+    correct: bool
+    thought: str = ""
+    question: str | None = None
+    answer: str | None = None
+    feedback: str | None = None
+    retrieved: list[dict[str, Any]] = field(default_factory=list)
+    summary: str = ""
+    writes: list[Write] = field(default_factory=list)
+    failures: Counter[str] = field(default_factory=Counter)
+    unusable: str | None = None  # the start of a decision reply that named no action
+
+    @property
+    def used_feedback(self) -> bool:
+        return self.answer is not None or self.feedback is not None
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "choice": self.choice,
+            "correct": self.correct,
+            "thought": self.thought,
+            "question": self.question,
+            "answer": self.answer,
+            "feedback": self.feedback,
+            "used_feedback": self.used_feedback,
+            "retrieved": self.retrieved,
+            "summary": self.summary,
+            "writes": [w.to_record() for w in self.writes],
+            "failures": {k: self.failures.get(k, 0) for k in FAILURE_KINDS},
+            **({"unusable_decision": self.unusable} if self.unusable is not None else {}),
+        }
+
+
+@dataclass(frozen=True)
+class PahfAgent:
+    kind: AgentKind
+    backend: ChatBackend
+    writer: MemoryWriter
+    sampling: AgentSampling
+    top_k: int = 5
+
+    @property
+    def abilities(self) -> Abilities:
+        return ABILITIES[self.kind]
+
+    async def _summarise(self, store: MemoryStore | None, task: Task, outcome: Outcome) -> str:
+        if store is None:
+            return ""
+        query = "\n".join([task.instruction, task.scene, *task.options.values()]).strip()
+        hits = store.search(task.user, query, self.top_k)
+        outcome.retrieved = [{"id": n.id, "text": n.text, "score": round(float(s), 4)} for n, s in hits]
+        if not hits:
+            return ""
+        notes = [n.text for n, _ in hits]
+        raw = (
+            await self.backend.achat(
+                prompts.summary_messages(task.instruction, task.options, notes), self.sampling.summary
+            )
+        ).text
+        parsed = parse_json_object(raw, required=prompts.SUMMARY_KEYS)
+        if isinstance(parsed, JSONParseFailure):
+            outcome.failures["summary"] += 1
+            return "\n".join(f"- {n}" for n in notes)  # the notes as they are beat no notes
+        summary = field_text(parsed.data["summary"]).strip()
+        return "" if summary.lower().strip(".") in ("none", "") else summary
+
+    async def _decide(self, task: Task, summary: str, may_ask: bool, clarification: tuple[str, str] | None) -> Decision:
+        messages = prompts.decision_messages(
+            task.domain,
+            task.user,
+            task.instruction,
+            task.options,
+            summary,
+            scene=task.scene,
+            may_ask=may_ask,
+            clarification=clarification,
+        )
+        raw = (await self.backend.achat(messages, self.sampling.decision)).text
+        return parse_decision(raw, "".join(task.options), may_ask and clarification is None)
+
+    async def run(self, task: Task, user: TaskUser, store: MemoryStore | None, learning: bool) -> Outcome:
+        """One task. `learning`: a learning phase (questions and feedback allowed); test phases get neither."""
+        can = self.abilities
+        store = store if can.memory else None
+        outcome = Outcome(None, False)
+        outcome.summary = await self._summarise(store, task, outcome)
+        may_ask = can.asks and learning
+        decision = await self._decide(task, outcome.summary, may_ask, None)
+        if decision.action == prompts.ASK:
+            outcome.question = decision.question
+            outcome.answer = await user.answer(decision.question)
+            if store is not None and can.learns_from_answers:  # written before acting, as the paper does
+                outcome.writes.append(
+                    await self.writer.write(store, task, "answer", outcome.answer, outcome.failures, decision.question)
+                )
+            decision = await self._decide(task, outcome.summary, False, (decision.question, outcome.answer))
+        if decision.action is None:
+            outcome.failures["decision"] += 1  # no action taken: the task fails
+            outcome.unusable = decision.raw[:RAW_KEPT]
+        outcome.choice, outcome.thought = decision.action, decision.thought
+        outcome.correct = decision.action == task.gold
+        if learning and decision.action is not None and not outcome.correct and can.learns_from_feedback:
+            outcome.feedback = await user.feedback(decision.action)
+            if outcome.feedback and store is not None:
+                outcome.writes.append(
+                    await self.writer.write(store, task, "feedback", outcome.feedback, outcome.failures)
+                )
+        return outcome

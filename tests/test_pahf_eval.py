@@ -1,0 +1,92 @@
+"""`memrl eval pahf` as users run it, on the shipped fixture: Ray actors, one served model, resumable output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+MEMRL = [sys.executable, "-m", "memrl.cli"]
+DATA = Path(__file__).parent / "fixtures" / "pahf"
+
+
+def _memrl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    return subprocess.run([*MEMRL, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+
+
+def _check(metrics: dict[str, Any]) -> None:
+    assert set(metrics) == {"phases", "failures", "setup"}
+    assert set(metrics["phases"]) == {"1", "2", "3", "4"}
+    for m in metrics["phases"].values():
+        assert 0.0 <= m["success_rate"] <= 1.0 and 0.0 <= m["feedback_frequency"] <= 1.0
+        assert m["acpe"] and all(0.0 <= x <= 1.0 for x in m["acpe"])
+    assert set(metrics["failures"]) == {"decision", "summary", "salience", "note", "merge"}
+
+
+def test_tiny_model_runs_all_phases_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    base = ["eval", "pahf", "--domain", "shopping", "--agent", "pahf", "--memory", "sqlite", "--users", "2",
+            "--scenarios", "2", "--model", "tiny-qwen2", "--max-tokens", "8", "--data", str(DATA),
+            "--out", str(out)]  # fmt: skip
+    result = _memrl(*base)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads(result.stdout)
+    assert metrics == json.loads((out / "metrics.json").read_text())
+    _check(metrics)
+    records = _records(out)
+    keys = [r["key"] for r in records]
+    assert len(keys) == len(set(keys)) == 14  # fixture: 2 users, up to 2 scenarios in each of 4 phases
+    assert {r["user"] for r in records} == {"Mira", "Tomas"}
+    assert {k.split("/")[0] for k in keys} == {"1", "2", "3", "4"}
+    assert metrics["phases"]["1"]["tasks"] == 4 and len(metrics["phases"]["1"]["acpe"]) == 2
+    # tiny-qwen2 writes no usable decision: every task fails, counted, none fatal.
+    assert metrics["failures"]["decision"] == len(records)
+    assert all(m["success_rate"] == 0.0 for m in metrics["phases"].values())
+    assert metrics["setup"]["model"] == "tiny-qwen2" and metrics["setup"]["agent"] == "pahf"
+    assert (out / "curves_phase1.png").stat().st_size > 0 and (out / "curves_phase3.png").is_file()
+    assert (out / "memory" / "Mira.sqlite").is_file()
+
+    # A crash mid-write leaves a torn last line: the rerun drops it and recomputes nothing.
+    before = (out / "tasks.jsonl").read_bytes()
+    with (out / "tasks.jsonl").open("a") as f:
+        f.write('{"key": "torn')
+    again = _memrl(*base)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (out / "tasks.jsonl").read_bytes() == before
+    assert json.loads(again.stdout) == metrics
+    assert "Ray" not in again.stderr  # nothing left to run: no cluster started
+
+    other = _memrl(*base, "--tau", "0.5")
+    assert other.returncode == 2 and "holds a run with different tau" in other.stderr
+
+
+def test_default_model_path_with_faiss(tmp_path: Path) -> None:
+    """The embedded smollm2 (the default --model), served once, one user and one scenario per phase."""
+    out = tmp_path / "smol"
+    result = _memrl(
+        "eval", "pahf", "--domain", "shopping", "--data", str(DATA / "shopping"), "--memory", "faiss",
+        "--users", "1", "--scenarios", "1", "--max-tokens", "16", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads(result.stdout)
+    _check(metrics)
+    assert metrics["setup"]["model"] == "smollm2" and metrics["setup"]["memory"] == "faiss"
+    assert len(_records(out)) == 4
+    assert (out / "memory" / "Mira.faiss").is_dir()
+
+
+def test_bad_inputs_fail_in_one_line(tmp_path: Path) -> None:
+    missing = _memrl("eval", "pahf", "--domain", "shopping", "--data", str(tmp_path / "nope"), "--out", str(tmp_path))
+    assert missing.returncode == 2 and "--data" in missing.stderr and "not a folder" in missing.stderr
+    agent = _memrl(
+        "eval", "pahf", "--domain", "shopping", "--agent", "both", "--data", str(DATA), "--out", str(tmp_path)
+    )
+    assert agent.returncode == 2 and "agent" in agent.stderr
