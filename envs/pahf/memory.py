@@ -17,6 +17,7 @@ import operator
 import os
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ def rank(ids: np.ndarray, vectors: np.ndarray, query: np.ndarray, k: int) -> bui
     return [(int(ids[i]), float(scores[i])) for i in order]
 
 
-class _Store:
+class _Store(ABC):
     """What both backends share: embedding, argument checks, the closed flag, a lock."""
 
     def __init__(self, embedder: TextEmbedder | None, where: str) -> None:
@@ -154,8 +155,8 @@ class _Store:
         best = self.search(user, text, k=1)
         return best[0] if best and best[0][1] >= threshold else None
 
-    def search(self, user: str, query: str, k: int = 5) -> builtins.list[tuple[Note, float]]:
-        raise NotImplementedError
+    @abstractmethod
+    def search(self, user: str, query: str, k: int = 5) -> builtins.list[tuple[Note, float]]: ...
 
     def close(self) -> None:
         self._closed = True

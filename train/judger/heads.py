@@ -9,6 +9,7 @@ Causal heads pad on the left and pass explicit position ids, so a padded item sc
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -16,7 +17,7 @@ from memrl.errors import ConfigError
 from memrl.train.judger.inputs import JudgerInput, causal_prompt, cross_encoder_pair, uses_chat_template
 
 
-class Head:
+class Head(ABC):
     name: ClassVar[str]
     peft_task: ClassVar[str]  # PEFT task type: decides which modules PEFT keeps trainable beside the adapters
     modules_to_save: ClassVar[tuple[str, ...]] = ()
@@ -25,17 +26,17 @@ class Head:
         self.tokenizer = tokenizer
         self.max_length = max_length
 
+    @abstractmethod
     def load_model(self, path: str, dtype: Any = None) -> Any:
         """The HF model with this head (a fresh head where the checkpoint has none)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def encode(self, items: Sequence[JudgerInput]) -> dict[str, Any]:
         """Model inputs (tensors) for a batch."""
-        raise NotImplementedError
 
+    @abstractmethod
     def logits(self, model: Any, batch: dict[str, Any]) -> Any:
         """(batch,) relevance logits."""
-        raise NotImplementedError
 
 
 class CrossEncoderHead(Head):
