@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memrl.envs.tod.formats import Individual, Session, atomic_write_json, load_tod_dir
+from memrl.envs.tod.formats import Individual, Session, as_dicts, atomic_write_json, load_tod_dir
 from memrl.envs.tod.labels import NEGATIVE_KINDS, label
 from memrl.envs.tod.memory import MemoryBank, load_memory_banks
 from memrl.envs.tod.reasoning import filled_slots, schema_intent_query, schema_missing_slots
@@ -41,7 +41,7 @@ def query_rows(ind: Individual, session: Session, bank: MemoryBank, schemas: Sch
         "session_id": session.session_id,
         "service": session.service,
         "intent": session.intent,
-        "context": [{"speaker": t.speaker, "utterance": t.utterance} for t in context],
+        "context": as_dicts(context),
         "intent_query": schema_intent_query(context, session.service, session.intent, schemas, goal),
         "missing_slots": missing,
         "missing_descriptions": [schemas.slot(session.service, s).description for s in missing],

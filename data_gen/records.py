@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from memrl.rewards.types import GroundTruth
 from memrl.rollout.base import Message
 
 DATA_SOURCE = "memrl/collab_reflection"
@@ -30,8 +31,8 @@ class ReflectionRecord:
     gold: str  # the assistant target: JSON text of REFLECTION_KEYS
 
     def ground_truth(self) -> dict[str, Any]:
-        """What the reward reads (the shape of memrl.rewards.types.GroundTruth.to_dict())."""
-        return {"enforcements": list(self.enforcements), "gold_notes": self.gold_notes, "expected": list(self.expected)}
+        """What the reward reads: GroundTruth.to_dict()."""
+        return GroundTruth(self.enforcements, self.gold_notes, self.expected).to_dict()
 
     def prompt_messages(self) -> list[dict[str, str]]:
         return [{"role": m["role"], "content": m["content"]} for m in self.prompt]

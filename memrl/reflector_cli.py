@@ -24,9 +24,10 @@ def export(
     ] = None,
 ) -> None:
     """Merge LoRA into the base and write safetensors, tokenizer and a model card."""
+    from memrl.train.checkpoints import final_dir
     from memrl.train.export import export_checkpoint
 
-    source = checkpoint / "final" if (checkpoint / "final").is_dir() else checkpoint
+    source = final_dir(checkpoint)
     with console.status(f"exporting {source}"):
         folder = export_checkpoint(source, out, lora_alpha=lora_alpha)
     typer.echo(str(folder))

@@ -79,29 +79,26 @@ def reward_funcs(cfg: RewardConfig | None = None, scorer: RewardScorer | None = 
     cfg = scorer.cfg
     shared = _SharedParts(scorer)
 
-    def coverage(
-        prompts: Sequence[Any], completions: Sequence[Any], ground_truth: Sequence[Any], **kwargs: Any
-    ) -> list[float | None]:
+    def scored(completions: Sequence[Any], ground_truth: Sequence[Any], kwargs: dict[str, Any]) -> list[RewardParts]:
         parts, fresh = shared.parts(completions, ground_truth)
         if fresh:
             _log(kwargs, parts, shared.scorer)
-        return [p.coverage for p in parts]
+        return parts
+
+    def coverage(
+        prompts: Sequence[Any], completions: Sequence[Any], ground_truth: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
+        return [p.coverage for p in scored(completions, ground_truth, kwargs)]
 
     def format(
         prompts: Sequence[Any], completions: Sequence[Any], ground_truth: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        parts, fresh = shared.parts(completions, ground_truth)
-        if fresh:
-            _log(kwargs, parts, shared.scorer)
-        return [None if p.judge_failed else p.format for p in parts]
+        return [None if p.judge_failed else p.format for p in scored(completions, ground_truth, kwargs)]
 
     def length_penalty(
         prompts: Sequence[Any], completions: Sequence[Any], ground_truth: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        parts, fresh = shared.parts(completions, ground_truth)
-        if fresh:
-            _log(kwargs, parts, shared.scorer)
-        return [None if p.judge_failed else -p.length_penalty for p in parts]
+        return [None if p.judge_failed else -p.length_penalty for p in scored(completions, ground_truth, kwargs)]
 
     funcs: list[RewardFunc] = [coverage, format]
     if cfg.length_penalty is not None:

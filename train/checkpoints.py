@@ -35,6 +35,11 @@ def is_adapter(folder: Path) -> bool:
     return (folder / ADAPTER_CONFIG).is_file()
 
 
+def final_dir(folder: Path) -> Path:
+    """A stage folder's `final/` when it has one, else the folder itself."""
+    return folder / "final" if (folder / "final").is_dir() else folder
+
+
 def read_info(folder: Path) -> CheckpointInfo | None:
     path = folder / INFO_FILE
     if not path.is_file():

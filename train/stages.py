@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -12,10 +11,10 @@ from typing import Any, Literal
 
 from memrl.config import EvalReflectorStage, ExportStage, ReflectionDataStage
 from memrl.context import RunContext
-from memrl.errors import MemrlError
 from memrl.train.checkpoints import (
     CheckpointInfo,
     adapter_base,
+    final_dir,
     is_adapter,
     last_step_dir,
     portable_ref,
@@ -112,12 +111,8 @@ def run_export(stage: ExportStage, ctx: RunContext, name: str) -> None:
     if ctx.dry_run:
         ctx.console.print(f"{name}: memrl export --checkpoint {source} --out {out}")
         return
-    export_checkpoint(_final_of(source), out)
+    export_checkpoint(final_dir(source), out)
     ctx.console.print(f"{name}: exported {source} to {out}")
-
-
-def _final_of(folder: Path) -> Path:
-    return folder / "final" if (folder / "final").is_dir() else folder
 
 
 def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) -> None:
@@ -158,7 +153,7 @@ def _logger(ctx: RunContext) -> Literal["wandb", "console"]:
 
 def _verl_start(ref: str, ctx: RunContext) -> tuple[str, str | None]:
     """(model path, LoRA adapter or None) to start from; a stage that has not run yet is named by its plan."""
-    final = _final_of(Path(ref))
+    final = final_dir(Path(ref))
     if is_adapter(final):
         return resolve_model(adapter_base(final)), str(final)
     if final.is_dir():
@@ -274,8 +269,7 @@ def _show_or_run(ctx: RunContext, name: str, argv: list[str], log: Path, env: di
     if ctx.dry_run:
         ctx.console.print(f"{name}:\n" + format_command(argv), soft_wrap=True, highlight=False, markup=False)
         return
-    if run_verl(argv, log, env=env) != 0:
-        raise MemrlError(f"stage {name}: {shlex.join(argv[:3])} ... failed; see {log}")
+    run_verl(argv, log, env=env)  # raises MemrlError with the log's last lines on failure
 
 
 SFT_TRAINERS: dict[str, Launcher] = {"trl": _trl_sft, "verl": _launch_verl_sft, "llamafactory": _launch_llamafactory}

@@ -8,13 +8,12 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt
 
-from memrl.envs.pahf.agent import AgentKind, AgentSampling
+from memrl.envs.pahf.agent import AgentKind, AgentSampling, Domain
+from memrl.envs.pahf.shopping import Style
 from memrl.errors import ConfigError
 from memrl.rollout.base import SamplingParams
 from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
 from memrl.schema import StrictModel
-
-Domain = Literal["shopping", "embodied"]
 
 
 class PahfSampling(StrictModel):
@@ -47,7 +46,7 @@ class PahfEvalConfig(StrictModel):
     passes: PositiveInt = Field(default=1, description="passes over the scenarios of each learning phase")
     tau: float = Field(default=0.8, ge=0.0, le=1.0, description="merge into the nearest note above this cosine")
     top_k: PositiveInt = 5
-    feedback_style: Literal["minimal", "detailed"] = "minimal"
+    feedback_style: Style = "minimal"
     user_sim: Literal["rule", "llm"] = Field(
         default="rule", description="who answers questions (and gives embodied feedback): data rules or an LLM"
     )

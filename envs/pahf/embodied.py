@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from memrl.envs.pahf.formats import EmbodiedScenario, PahfDataError
-from memrl.envs.pahf.shopping import Feedback
+from memrl.envs.pahf.shopping import Feedback, Style
 
 EmbodiedLabel = Literal["A", "B", "C", "D"]
 EMBODIED_LABELS: tuple[EmbodiedLabel, ...] = ("A", "B", "C", "D")
@@ -80,7 +80,7 @@ def embodied_task(scenario: EmbodiedScenario, seed: int = 0) -> EmbodiedTask:
     return EmbodiedTask(scenario, options, gold)
 
 
-def embodied_feedback(task: EmbodiedTask, choice: str, style: Literal["minimal", "detailed"] = "minimal") -> Feedback:
+def embodied_feedback(task: EmbodiedTask, choice: str, style: Style = "minimal") -> Feedback:
     """A deterministic reaction from the gold: right, or what the user wanted instead."""
     if task.gold is None:
         raise PahfDataError(f"embodied scenario {task.scenario.index} ({task.scenario.user}) has no gold option")

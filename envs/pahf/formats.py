@@ -9,14 +9,15 @@ Shopping: `phase{1..4}.json` (lists of `product`, `Option A/B/C`, `User`, `Task`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
+from memrl import json_files
 from memrl.errors import MemrlError
 
 Label = Literal["A", "B", "C"]
@@ -140,13 +141,7 @@ class EmbodiedData:
 
 
 def read_json(path: str | Path) -> Any:
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise PahfDataError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
-    except OSError as exc:
-        raise PahfDataError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    return json_files.read_json(path, PahfDataError)
 
 
 _RELEASED_KEYS = {"product": "product", "options": "Option A/B/C", "user": "User", "task": "Task"}
@@ -163,12 +158,14 @@ def _loc(loc: Sequence[int | str]) -> str:
     return out
 
 
+def _message(error: ErrorDetails) -> str:
+    return "missing" if error["type"] == "missing" else str(error["msg"]).removeprefix("Value error, ")
+
+
 def describe(exc: ValidationError, prefix: str = "") -> str:
     """The first validation problem as `prefix.field.path: message`, in the released key names."""
     error = exc.errors()[0]
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if error["type"] == "missing":
-        message = "missing"
+    message = _message(error)
     where = _loc(error["loc"])
     return f"{prefix}{'.' if prefix and where else ''}{where}: {message}" if (prefix or where) else message
 
@@ -206,9 +203,8 @@ def load_persona_tables(path: str | Path) -> dict[str, PersonaTable]:
             inner = "persona_info" if isinstance(record, dict) and "persona_info" in record else ""
             error = exc.errors()[0]
             loc = [p for p in error["loc"] if p != "products"]
-            message = "missing" if error["type"] == "missing" else str(error["msg"]).removeprefix("Value error, ")
             field = ".".join(str(p) for p in [name, inner, *loc] if p != "")
-            raise PahfDataError(f"{path}: {field}: {message}") from None
+            raise PahfDataError(f"{path}: {field}: {_message(error)}") from None
     return out
 
 

@@ -74,6 +74,10 @@ class MemoryStore(Protocol):
         """The user's notes, oldest first."""
         ...
 
+    def save(self) -> None:
+        """Make what is in memory durable under the store's path (a no-op where each write already is)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -205,14 +209,7 @@ class SQLiteMemory(_Store):
             raise MemrlError(f"{self.where}: SQLite error: {first_line(exc)}") from exc
 
     def add(self, user: str, text: str) -> int:
-        with self._lock:
-            self._check(user, text)
-            vector = self._embed([text])[0]
-            cur = self._sql(
-                "INSERT INTO notes (user, text, dim, embedding) VALUES (?, ?, ?, ?)",
-                (user, text, len(vector), vector.tobytes()),
-            )
-            return int(cur.lastrowid or 0)
+        return self.add_many(user, [text])[0]
 
     def add_many(self, user: str, texts: builtins.list[str]) -> builtins.list[int]:
         """Store several notes with one embedder call and one transaction; their ids in order."""
@@ -283,6 +280,9 @@ class SQLiteMemory(_Store):
             self._check(user)
             rows = self._sql("SELECT id, text FROM notes WHERE user = ? ORDER BY id", (user,)).fetchall()
             return [Note(int(i), user, t) for i, t in rows]
+
+    def save(self) -> None:
+        """Nothing to do: every write is committed as it happens."""
 
     def close(self) -> None:
         with self._lock:
@@ -395,15 +395,19 @@ class FaissMemory(_Store):
             self._check(user)
             return sorted((n for n in self._notes.values() if n.user == user), key=lambda n: n.id)
 
+    def _folder(self, verb: str) -> Path:
+        if self._closed:
+            raise MemrlError(f"{self.where}: memory store is closed")
+        if self.path is None:
+            raise MemrlError(f"faiss memory: no path to {verb} (construct it with path=...)")
+        return self.path
+
     def save(self) -> None:
         """Write the notes (`meta.json`) and one index file per user under `path`; meta last, so it is complete."""
         import faiss
 
         with self._lock:
-            if self._closed:
-                raise MemrlError(f"{self.where}: memory store is closed")
-            if self.path is None:
-                raise MemrlError("faiss memory: no path to save to (construct it with path=...)")
+            path = self._folder("save to")
             files = {user: f"user-{n}.faiss" for n, user in enumerate(sorted(self._indexes))}
             meta = {
                 "version": 1,
@@ -413,12 +417,12 @@ class FaissMemory(_Store):
                 "notes": [[n.id, n.user, n.text] for n in sorted(self._notes.values(), key=lambda n: n.id)],
             }
             try:
-                self.path.mkdir(parents=True, exist_ok=True)
+                path.mkdir(parents=True, exist_ok=True)
                 for user, name in files.items():
-                    faiss.write_index(self._indexes[user], str(self.path / name))
-                tmp = self.path / "meta.json.tmp"
+                    faiss.write_index(self._indexes[user], str(path / name))
+                tmp = path / "meta.json.tmp"
                 tmp.write_text(json.dumps(meta, ensure_ascii=False) + "\n")
-                os.replace(tmp, self.path / "meta.json")
+                os.replace(tmp, path / "meta.json")
             except (OSError, RuntimeError) as exc:
                 raise MemrlError(f"{self.where}: cannot save the FAISS memory: {first_line(exc)}") from exc
 
@@ -427,14 +431,11 @@ class FaissMemory(_Store):
         import faiss
 
         with self._lock:
-            if self._closed:
-                raise MemrlError(f"{self.where}: memory store is closed")
-            if self.path is None:
-                raise MemrlError("faiss memory: no path to load from (construct it with path=...)")
-            meta_path = self.path / "meta.json"
+            path = self._folder("load from")
+            meta_path = path / "meta.json"
             try:
                 meta = json.loads(meta_path.read_text())
-                indexes = {user: faiss.read_index(str(self.path / name)) for user, name in meta["users"].items()}
+                indexes = {user: faiss.read_index(str(path / name)) for user, name in meta["users"].items()}
                 notes = {int(i): Note(int(i), str(u), str(t)) for i, u, t in meta["notes"]}
                 next_id, dim = int(meta["next_id"]), meta["dim"]
             except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:

@@ -113,9 +113,9 @@ class UserRunner:
         if expected is not None and [n.text for n in store.list(user)] != expected:
             store.close()
             store = self._stores[user] = self._open(user, fresh=True)
-            for text in expected:
+            for text in expected:  # one at a time, as they were first embedded
                 store.add(user, text)
-            _save(store)
+            store.save()
         return store
 
     async def run(self, job: Job) -> dict[str, Any]:
@@ -123,7 +123,7 @@ class UserRunner:
         store = self.store(job.user, job.notes)
         outcome = await self.agent.run(task, user, store, job.learning)
         if store is not None:
-            _save(store)
+            store.save()  # FAISS keeps its index in memory: write it after every task
         return {
             "key": job.key,
             "phase": job.phase,
@@ -136,13 +136,6 @@ class UserRunner:
             **outcome.to_record(),
             "notes": [] if store is None else [n.text for n in store.list(job.user)],
         }
-
-
-def _save(store: MemoryStore) -> None:
-    """FAISS keeps its index in memory: write it after every task (SQLite commits each write itself)."""
-    save = getattr(store, "save", None)
-    if save is not None:
-        save()
 
 
 def _ray_worker_class() -> Any:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from memrl import json_files
 from memrl.envs.tod.schema import Schemas, TodDataError
 
 Stage = Literal["incomplete", "updating", "confirming"]
@@ -43,6 +44,11 @@ class Turn(_Lenient):
             value = value.lower()
             return "assistant" if value == "system" else value
         return value
+
+
+def as_dicts(turns: Sequence[Turn]) -> list[dict[str, str]]:
+    """Turns as the prompts, the judger and its data read them: speaker and utterance only."""
+    return [{"speaker": t.speaker, "utterance": t.utterance} for t in turns]
 
 
 class ConfirmationState(_Lenient):
@@ -150,12 +156,7 @@ def mentions(text: str, value: str) -> bool:
 
 
 def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise TodDataError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
-    except OSError as exc:
-        raise TodDataError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    return json_files.read_json(path, TodDataError)
 
 
 def detect_format(data: Any) -> Format | None:

@@ -109,8 +109,7 @@ def session_facts(session: Session, goal: Mapping[str, str] | None = None) -> di
 def template_intent_description(session: Session, facts: Mapping[str, str], schemas: Schemas) -> str:
     """The intent phrase and the session's first fact in schema order (the task's anchor when it was stated)."""
     text = intent_phrase(schemas.intent(session.service, session.intent))
-    order = schemas.service(session.service).slot_order(session.intent)
-    ordered = sorted(facts, key=lambda s: order.index(s) if s in order else len(order))
+    ordered = schemas.service(session.service).in_slot_order(session.intent, facts)
     if ordered:
         anchor = ordered[0]
         text += f"; {slot_phrase(schemas.slot(session.service, anchor))} {facts[anchor]}"
@@ -118,8 +117,7 @@ def template_intent_description(session: Session, facts: Mapping[str, str], sche
 
 
 def ordered_qa(session: Session, facts: Mapping[str, str], schemas: Schemas) -> tuple[QAPair, ...]:
-    order = schemas.service(session.service).slot_order(session.intent)
-    slots = sorted(facts, key=lambda s: order.index(s) if s in order else len(order))
+    slots = schemas.service(session.service).in_slot_order(session.intent, facts)
     return tuple(QAPair(s, slot_question(schemas.slot(session.service, s)), facts[s]) for s in slots)
 
 
@@ -208,8 +206,7 @@ class LLMMemoryBuilder:
                 return None
             question = str(pair.get("question") or "").strip() or slot_question(schemas.slot(session.service, slot))
             latest[slot] = QAPair(slot, question, answer)
-        order = schemas.service(session.service).slot_order(session.intent)
-        qa = tuple(latest[s] for s in sorted(latest, key=lambda s: order.index(s) if s in order else len(order)))
+        qa = tuple(latest[s] for s in schemas.service(session.service).in_slot_order(session.intent, latest))
         return MemoryUnit.of_session(ind.persona_id, session, description, qa)
 
 

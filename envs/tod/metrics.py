@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from memrl.envs.tod.formats import Session, Turn
+from memrl.envs.tod.formats import Session, Turn, as_dicts
 from memrl.envs.tod.labels import label
 from memrl.envs.tod.memory import MemoryUnit
 from memrl.envs.tod.pipeline import candidate_key
@@ -146,8 +146,7 @@ class QualityJudge:
     sampling: SamplingParams
 
     async def rate(self, context: Sequence[Turn], goal: Mapping[str, str], response: str) -> int | None:
-        turns = [{"speaker": t.speaker, "utterance": t.utterance} for t in context]
-        raw = (await self.backend.achat(quality_messages(turns, goal, response), self.sampling)).text
+        raw = (await self.backend.achat(quality_messages(as_dicts(context), goal, response), self.sampling)).text
         return parse_quality(raw)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memrl.envs.tod.formats import Session, Turn
+from memrl.envs.tod.formats import Session, Turn, as_dicts
 from memrl.envs.tod.memory import MemoryUnit
 from memrl.envs.tod.prompts import INTENT_KEYS, REASONER_KEYS, intent_messages, reasoner_messages
 from memrl.envs.tod.reasoning import schema_intent_query, schema_missing_slots
@@ -22,11 +22,6 @@ from memrl.envs.tod.schema import Schemas
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
 from memrl.train.judger import JudgerInput
-
-
-def as_dicts(turns: Sequence[Turn]) -> list[dict[str, str]]:
-    """Turns as the prompts and the judger read them: speaker and utterance only."""
-    return [{"speaker": t.speaker, "utterance": t.utterance} for t in turns]
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memrl.envs.tod.formats import Turn
+from memrl.envs.tod.formats import Turn, as_dicts
 from memrl.envs.tod.metrics import mentions, outstanding_slots
-from memrl.envs.tod.pipeline import Inference, as_dicts, parse_slot_list, require_backend
+from memrl.envs.tod.pipeline import Inference, parse_slot_list, require_backend
 from memrl.envs.tod.prompts import SUPERVISOR_KEYS, supervisor_messages, user_messages
 from memrl.envs.tod.reader import Reply, humanise
 from memrl.rollout.base import ChatBackend, SamplingParams

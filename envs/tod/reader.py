@@ -11,8 +11,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memrl.envs.tod.formats import Turn
-from memrl.envs.tod.pipeline import Selection, as_dicts, require_backend
+from memrl.envs.tod.formats import Turn, as_dicts
+from memrl.envs.tod.pipeline import Selection, require_backend
 from memrl.envs.tod.prompts import reader_messages
 from memrl.envs.tod.schema import Schemas, boolean_clause, is_boolean, slot_phrase
 from memrl.rollout.base import ChatBackend, SamplingParams

@@ -34,10 +34,9 @@ def schema_intent_query(
 ) -> str:
     """k_cur offline: the intent's description, then each filled value in schema order ('...; city San Jose')."""
     spec = schemas.intent(service, intent)
-    order = schemas.service(service).slot_order(intent)
     filled = filled_slots(turns, goal)
     parts = [intent_phrase(spec)]
-    for slot in sorted(filled, key=lambda s: order.index(s) if s in order else len(order)):
+    for slot in schemas.service(service).in_slot_order(intent, filled):
         if schemas.has_slot(service, slot):
             parts.append(f"{slot_phrase(schemas.slot(service, slot))} {filled[slot]}")
     return "; ".join(parts)

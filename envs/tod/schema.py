@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memrl import json_files
 from memrl.errors import MemrlError, closest
 
 
@@ -54,6 +55,11 @@ class ServiceSchema:
         """The intent's slots first (schema order), then the service's other slots."""
         first = list(self.intents[intent].slots) if intent in self.intents else []
         return first + [s for s in self.slots if s not in first]
+
+    def in_slot_order(self, intent: str, slots: Iterable[str]) -> list[str]:
+        """`slots` sorted by `slot_order(intent)`; names the service lacks go last, in their given order."""
+        order = self.slot_order(intent)
+        return sorted(slots, key=lambda s: order.index(s) if s in order else len(order))
 
 
 def _service(record: Mapping[str, Any], where: str) -> ServiceSchema:
@@ -156,12 +162,7 @@ def schema_files(path: str | Path) -> list[Path]:
 
 
 def read_schema_file(path: Path) -> list[ServiceSchema]:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise TodDataError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
-    except OSError as exc:
-        raise TodDataError(f"{path}: cannot read ({exc.strerror})") from exc
+    data = json_files.read_json(path, TodDataError)
     if not isinstance(data, list):
         raise TodDataError(f"{path}: an SGD schema is a list of services (service_name, slots, intents)")
     out = []

@@ -130,8 +130,7 @@ def dialogue_goals(dialogue: SgdDialogue, schemas: Schemas, where: str = "", min
     for (service, intent), acts in confirmed.items():
         if len(acts) < min_slots:
             continue
-        order = schemas.service(service).slot_order(intent)
-        slots = sorted(acts, key=order.index)
+        slots = schemas.service(service).in_slot_order(intent, acts)
         earlier: dict[str, tuple[str, ...]] = {}
         for slot in slots:
             final = _canonical(acts[slot])

@@ -101,8 +101,8 @@ def evaluate_judger(
             query = str(query_rows[0].get("intent_query") or "")
             kept = retrieve(query, [Candidate.from_pair(r) for r in query_rows], ranker, top_units)
             s_pre = [s for _, s in kept]
+            s_j = [judged[c.key] for c, _ in kept] if judged is not None else s_pre
             for a in sweep:
-                s_j = [judged[c.key] for c, _ in kept] if judged is not None else s_pre
                 fused = fuse(s_pre, s_j, a)
                 order = sorted(range(len(kept)), key=lambda i: -fused[i])  # ties keep the retrieval order
                 rankings[a].append(([kept[i][0].key for i in order], gold))

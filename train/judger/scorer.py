@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memrl.train.checkpoints import resolve_model
+from memrl.train.checkpoints import final_dir, resolve_model
 from memrl.train.judger.heads import Head, build_head
 from memrl.train.judger.inputs import JudgerInput
 from memrl.train.judger.trainer import JudgerInfo
@@ -43,8 +43,7 @@ def _rough_length(item: JudgerInput) -> int:
 
 def judger_folder(path: str | Path) -> Path:
     """A stage folder names its `final/`; anything else is the judger folder itself."""
-    folder = Path(path).expanduser()
-    return folder / "final" if (folder / "final").is_dir() else folder
+    return final_dir(Path(path).expanduser())
 
 
 def load_judger(path: str | Path, device: str | None = None) -> JudgerScorer:
