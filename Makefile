@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 2
 # Pinned everywhere, package build environments included, or pip pulls a CUDA torch of several GB.
 export PIP_CONSTRAINT := $(CURDIR)/constraints/cpu.txt
 
-.PHONY: setup quickstart test pytest lint typecheck llamafactory clean
+.PHONY: setup quickstart test pytest lint typecheck llamafactory bench clean
 
 setup: $(VENV)/.installed
 
@@ -45,6 +45,10 @@ typecheck: setup
 
 llamafactory: setup
 	$(MEMRL) env llamafactory
+
+# The performance ratios of benchmarks/ on CPU (a few minutes on 2 cores): benchmarks/results/*.json and bench.md.
+bench: setup
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) .typecheck .pytest_cache .ruff_cache .mypy_cache build dist *.egg-info

@@ -1,26 +1,30 @@
-"""Framework overhead of the collab environment, as ratios measured in one run.
+"""Env overhead and endpoint-bound efficiency of the collab environment at 1, 2 and 4 Ray actors, in one run.
 
 1. Scripted zero-latency model (in-process): simulated turns per second; the cost of memrl itself (prompts,
    JSON parsing, checkers, grading, memory updates) with no model time at all.
-2. Fixed-latency endpoint (50 ms per call, 32 requests in flight, Ray workers, the real `run_collab` path):
-   sessions per second as a fraction of the ideal bound 32 / (0.05 s x calls per session).
+2. Fixed-latency endpoint (`fixed_latency_server.py`, 50 ms per call), through the real `run_collab` path (Ray
+   actors, OpenAI client, streaming output), once per actor count. Per count: sessions per second; efficiency =
+   ideal time (calls x latency / concurrency) / measured time, where concurrency = min(users, requests in flight);
+   and the overhead per session = mean session wall time - its calls x latency.
 
-    python benchmarks/collab_overhead.py [--users 32] [--sessions 3] [--out benchmarks/results]
+    python benchmarks/collab_overhead.py [--workers 1 2 4] [--users 16] [--sessions 3] [--out benchmarks/results]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
-import subprocess
+import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-import httpx2
 from rich.console import Console
 
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
@@ -33,11 +37,10 @@ from memrl.envs.collab.session import SessionSpec, run_session
 from memrl.envs.collab.user_sim import RuleUserSimulator
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 from memrl.rollout.config import OpenAIModelConfig
-from memrl.rollout.serve import free_port
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from fixed_latency_server import CANNED  # noqa: E402
+from fixed_latency_server import CANNED, running_server, served  # noqa: E402
 
 
 class ScriptedBackend(ChatBackend):
@@ -77,48 +80,40 @@ async def _scripted(users: int, sessions: int) -> dict[str, float]:
 
 
 def _fixed_latency(
-    users: int, sessions: int, latency: float, in_flight: int, workers: int, out: Path
+    base: str, users: int, sessions: int, latency: float, in_flight: int, workers: int, run_dir: Path
 ) -> dict[str, float]:
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, str(HERE / "fixed_latency_server.py"), "--port", str(port), "--latency", str(latency)]
+    """One `run_collab` with `workers` Ray actors against the fixed-latency server at `base`."""
+    model = OpenAIModelConfig(backend="openai", model="fixed", endpoint=f"{base}/v1", max_concurrency=in_flight)
+    cfg = CollabEvalConfig(
+        users=users, sessions=sessions, model=model, max_in_flight=in_flight, workers=workers, eval_problems=100
     )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                if httpx2.get(f"{base}/health").status_code == 200:
-                    break
-            except httpx2.HTTPError:
-                time.sleep(0.1)
-        model = OpenAIModelConfig(backend="openai", model="fixed", endpoint=f"{base}/v1", max_concurrency=in_flight)
-        cfg = CollabEvalConfig(
-            users=users, sessions=sessions, model=model, max_in_flight=in_flight, workers=workers, eval_problems=100
-        )
-        run_dir = out / "fixed-latency-run"
-        if run_dir.exists():
-            for f in run_dir.glob("*.jsonl"):
-                f.unlink()
-        records = run_collab(cfg, run_dir, Console(stderr=True))
-        calls = httpx2.get(f"{base}/stats").json()["served"]
-        ceiling = asyncio.run(_client_ceiling(f"{base}/v1", in_flight, calls))
-    finally:
-        server.terminate()
-        server.wait()
+    before = served(base)
+    records = run_collab(cfg, run_dir, Console(stderr=True))
+    calls = served(base) - before
+    if len(records) != users * sessions:  # a failed session is logged and skipped: the rates would mean nothing
+        raise SystemExit(f"{workers} actor(s): {len(records)} of {users * sessions} sessions finished")
     window = max(r["finished_at"] for r in records) - min(r["started_at"] for r in records)
+    concurrency = min(users, in_flight)  # each user runs its sessions, and each session its calls, one at a time
+    ideal = calls * latency / concurrency
     per_session = calls / len(records)
-    ideal = in_flight / (latency * per_session)
-    actual = len(records) / window
+    mean_session = statistics.fmean(r["finished_at"] - r["started_at"] for r in records)
+    start = min(r["started_at"] for r in records)
+    # Actors start one by one (a process each, importing memrl): until the last one runs, fewer calls are in flight.
+    skew = max(r["started_at"] for r in records if r["session"] == 0) - start
     return {
+        "workers": workers,
         "sessions": len(records),
         "calls": calls,
         "calls_per_session": round(per_session, 2),
         "seconds": round(window, 3),
-        "sessions_per_second": round(actual, 3),
-        "ideal_sessions_per_second": round(ideal, 3),
-        "fraction_of_ideal": round(actual / ideal, 3),
-        # The bare client, same server, same requests in flight: the share of the ideal this machine allows.
-        "client_only_fraction_of_ideal": round(ceiling / (in_flight / latency), 3),
+        "ideal_seconds": round(ideal, 3),
+        "sessions_per_second": round(len(records) / window, 3),
+        "ideal_sessions_per_second": round(len(records) / ideal, 3),
+        "efficiency": round(ideal / window, 3),
+        # A session's wall time beyond its own model calls (calls x latency): env, client, Ray, waiting for a core.
+        "mean_session_seconds": round(mean_session, 4),
+        "overhead_per_session_ms": round((mean_session - per_session * latency) * 1e3, 1),
+        "actor_startup_skew_seconds": round(skew, 3),
     }
 
 
@@ -138,26 +133,70 @@ async def _client_ceiling(base_url: str, in_flight: int, calls: int) -> float:
     return (calls // in_flight) * in_flight / (time.perf_counter() - start)
 
 
+def run(
+    users: int, sessions: int, latency: float, in_flight: int, workers: Sequence[int], workdir: Path
+) -> dict[str, Any]:
+    """Both measurements; Ray starts once and serves every actor count in turn."""
+    from memrl.envs.actors import start_ray
+
+    result: dict[str, Any] = {"scripted_zero_latency": asyncio.run(_scripted(users, sessions))}
+    print(f"scripted: {result['scripted_zero_latency']['turns_per_second']} turns/s", flush=True)
+    rows = []
+    with running_server(latency) as base, contextlib.ExitStack() as stack:
+        start_ray(None, stack)
+        for n in workers:
+            rows.append(_fixed_latency(base, users, sessions, latency, in_flight, n, workdir / f"workers-{n}"))
+            print(
+                f"{n} actor(s): {rows[-1]['sessions_per_second']} sessions/s, efficiency {rows[-1]['efficiency']}, "
+                f"overhead {rows[-1]['overhead_per_session_ms']} ms/session",
+                flush=True,
+            )
+        calls = max(int(r["calls"]) for r in rows)
+        ceiling = asyncio.run(_client_ceiling(f"{base}/v1", min(users, in_flight), calls))
+    result["fixed_latency_endpoint"] = {
+        "users": users,
+        "sessions_per_user": sessions,
+        "latency_s": latency,
+        "in_flight": in_flight,
+        "by_workers": rows,
+        # The bare client, same server, same requests in flight: the share of the ideal this machine allows.
+        "client_only_efficiency": round(ceiling / (min(users, in_flight) / latency), 3),
+    }
+    return result
+
+
+def table(result: dict[str, Any]) -> str:
+    fixed = result["fixed_latency_endpoint"]
+    lines = [
+        "| Ray actors | sessions/s | ideal sessions/s | efficiency | overhead per session | last actor started after |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in fixed["by_workers"]:
+        lines.append(
+            f"| {r['workers']} | {r['sessions_per_second']:.2f} | {r['ideal_sessions_per_second']:.2f} | "
+            f"{r['efficiency']:.2f} | {r['overhead_per_session_ms']:.0f} ms | {r['actor_startup_skew_seconds']:.2f} s |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", type=int, default=32)
-    parser.add_argument("--sessions", type=int, default=3)
-    parser.add_argument("--latency", type=float, default=0.05)
-    parser.add_argument("--in-flight", type=int, default=32)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--users", type=int, default=16, help="simulated users, each running its sessions in order")
+    parser.add_argument("--sessions", type=int, default=3, help="sessions per user")
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds the server waits before each reply")
+    parser.add_argument("--in-flight", type=int, default=16, help="requests in flight at most, all actors together")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4], help="Ray actor counts, run in turn")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {
-        "scripted_zero_latency": asyncio.run(_scripted(args.users, args.sessions)),
-        "fixed_latency_endpoint": _fixed_latency(
-            args.users, args.sessions, args.latency, args.in_flight, args.workers, args.out
-        ),
-        "machine": {"cpus": os.cpu_count()},
-    }
+    with tempfile.TemporaryDirectory(prefix="collab-overhead-") as tmp:
+        result = run(args.users, args.sessions, args.latency, args.in_flight, args.workers, Path(tmp))
+    result["machine"] = {"cpus": os.cpu_count()}
     (args.out / "collab_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    print(table(result))
+    ceiling = result["fixed_latency_endpoint"]["client_only_efficiency"]
+    print(f"bare client, same server and concurrency: efficiency {ceiling}")
 
 
 if __name__ == "__main__":

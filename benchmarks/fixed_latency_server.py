@@ -5,6 +5,10 @@ with the ideal bound (requests in flight / latency). It speaks just enough HTTP/
 on bare asyncio streams: on a 2-core machine a web framework's own CPU time would be charged to the client.
 `GET /stats` returns the number of chat requests served.
 
+Two canned replies, chosen by the path so that the server never parses a request body:
+- `/v1/chat/completions`: `CANNED`, one JSON object with the keys of every collab role;
+- `/judge/v1/chat/completions`: `JUDGE_REPLY`, a valid coverage-judge verdict (`{"reasoning": ..., "score": 2}`).
+
     python benchmarks/fixed_latency_server.py --port 8123 --latency 0.05
 """
 
@@ -12,7 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 # Carries the keys of every collab role (agent reply, retrieval, reflection), so each call parses.
 CANNED = json.dumps(
@@ -24,16 +34,26 @@ CANNED = json.dumps(
         "agent_notes": "The user prefers short answers with bullet points.",
     }
 )
-_COMPLETION = json.dumps(
-    {
-        "id": "chatcmpl-fixed",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "fixed",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": CANNED}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
-    }
-).encode()
+# What the LLM coverage judge must answer (memrl.rewards.llm_judge): a reasoning string and a 0-3 score.
+JUDGE_REPLY = json.dumps({"reasoning": "Most preferences are recorded with concrete guidance.", "score": 2})
+JUDGE_PREFIX = "/judge/"  # base URL http://host:port/judge/v1 gets the judge reply
+
+
+def _completion(content: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-fixed",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "fixed",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
+        }
+    ).encode()
+
+
+_COMPLETION = _completion(CANNED)
+_JUDGE_COMPLETION = _completion(JUDGE_REPLY)
 
 
 def _response(body: bytes) -> bytes:
@@ -58,7 +78,7 @@ class FixedLatencyServer:
                 if path.endswith("/chat/completions"):
                     await asyncio.sleep(self.latency)
                     self.served += 1
-                    writer.write(_response(_COMPLETION))
+                    writer.write(_response(_JUDGE_COMPLETION if path.startswith(JUDGE_PREFIX) else _COMPLETION))
                 elif path == "/stats":
                     writer.write(_response(json.dumps({"served": self.served}).encode()))
                 else:  # /health and anything else
@@ -73,6 +93,38 @@ class FixedLatencyServer:
         server = await asyncio.start_server(self.handle, "127.0.0.1", port, backlog=1024)
         async with server:
             await server.serve_forever()
+
+
+@contextlib.contextmanager
+def running_server(latency: float) -> Iterator[str]:
+    """Run the server in its own process (so its CPU time is not the benchmark's); yield its base URL."""
+    import httpx2
+
+    from memrl.rollout.serve import free_port
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(Path(__file__)), "--port", str(port), "--latency", str(latency)])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                if httpx2.get(f"{base}/health").status_code == 200:
+                    break
+            except httpx2.HTTPError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError(f"the fixed-latency server on port {port} did not start")
+        yield base
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def served(base: str) -> int:
+    """Chat requests the server at `base` has answered so far."""
+    import httpx2
+
+    return int(httpx2.get(f"{base}/stats").json()["served"])
 
 
 def main() -> None:

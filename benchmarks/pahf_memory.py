@@ -6,6 +6,7 @@ from a fake embedder that looks them up by text, so the numbers are retrieval al
 Reports the median per-query latency, the ratio SQLite/FAISS at each size, and each backend's growth per 10x notes.
 
     OMP_NUM_THREADS=2 python benchmarks/pahf_memory.py [--sizes 1000 10000 100000] [--queries 30] [--out DIR]
+    OMP_NUM_THREADS=2 python benchmarks/pahf_memory.py --quick   # 1e3 and 1e4 notes, 10 queries: a few seconds
 """
 
 from __future__ import annotations
@@ -104,8 +105,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--queries", type=int, default=30, help="queries timed at each size (median reported)")
     parser.add_argument("-k", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="sizes 1000 10000 and 10 queries (overrides both)")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.queries = [1_000, 10_000], 10
     with tempfile.TemporaryDirectory(prefix="pahf-memory-") as tmp:
         rows = run(args.sizes, args.queries, args.k, Path(tmp))
     args.out.mkdir(parents=True, exist_ok=True)

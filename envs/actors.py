@@ -6,13 +6,16 @@ import contextlib
 import json
 import os
 import socket
+import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
 from memrl.errors import ConfigError, MemrlError, first_line
+from memrl.jsonl import ResumableJsonl
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 from memrl.rollout.serve import LocalServer, free_port, pick_engine, shared_server_args
 
@@ -48,24 +51,156 @@ def actor_error_cause(exc: BaseException) -> BaseException:
     return getattr(exc, "cause", None) or exc
 
 
+ACTOR_RESTARTS = 4  # how often Ray brings a worker back after its process died (killed, OOM, segfault)
+
+
+def spawn_workers(cls: type, n: int, *args: Any) -> list[Any]:
+    """`n` actors of `cls(*args)`, dealt round-robin over the cluster's live CPU nodes, restarted when they die.
+
+    Ray's SPREAD strategy, and even soft node affinity, are preferences that often put every zero-CPU actor on one
+    node; each actor is pinned to its node instead. A killed worker restarts on its node and `InFlight` runs its
+    calls once more; a node that dies takes its workers with it, the run stops in one line after `InFlight` waits for
+    a restart, and a rerun (finished work is on disk) deals the workers over the nodes left.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    alive = [node for node in ray.nodes() if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0]
+    nodes = sorted(node["NodeID"] for node in alive)
+    actor: Any = ray.remote(cls)
+    workers = []
+    for i in range(n):
+        strategy: Any = NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False) if nodes else "SPREAD"
+        options = actor.options(num_cpus=0, scheduling_strategy=strategy, max_restarts=ACTOR_RESTARTS)
+        workers.append(options.remote(*args))
+    return workers
+
+
+def actor_died(exc: BaseException) -> bool:
+    """Whether a call failed because its worker process or node went away (not because the work raised)."""
+    from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
+
+    return isinstance(exc, RayActorError | WorkerCrashedError | NodeDiedError)
+
+
 T = TypeVar("T")
 
 
-def next_finished(in_flight: dict[Any, T], name: Callable[[T], str]) -> tuple[T, Any]:
-    """Wait for any in-flight actor call; pop it and return (its tag, its result).
+class InFlight(Generic[T]):
+    """Actor calls in flight, each tagged with the work it does.
 
-    A failed call raises a one-line `MemrlError` naming the work (`name(tag)`) and the actor's own exception;
-    whatever finished before is already on disk, so a rerun resumes from there.
+    `submit(tag, actor, *args)` calls `actor.run(*args)`; `next()` waits for any call. A call whose actor died is
+    made once more on the same handle, once Ray has restarted the actor, and counted in `retried`; a second death of
+    the same work, or an exception raised by the work itself, fails the run with one line naming the work
+    (`name(tag)`). Whatever finished before is already on disk, so a rerun resumes from there.
     """
-    import ray
 
-    ready, _ = ray.wait(list(in_flight), num_returns=1)
-    tag = in_flight.pop(ready[0])
-    try:
-        return tag, ray.get(ready[0])
-    except Exception as exc:
-        cause = actor_error_cause(exc)
-        raise MemrlError(f"{name(tag)} failed: {first_line(cause)}") from cause
+    def __init__(
+        self,
+        name: Callable[[T], str],
+        retries: int = 1,
+        warn: Callable[[str], None] | None = None,
+        restart_timeout: float = 600.0,
+    ) -> None:
+        self.name = name
+        self.retries = retries
+        self.warn = warn
+        self.restart_timeout = restart_timeout
+        self.retried = 0
+        self._calls: dict[Any, tuple[T, Any, tuple[Any, ...], int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def submit(self, tag: T, actor: Any, *args: Any, attempt: int = 0) -> None:
+        self._calls[actor.run.remote(*args)] = (tag, actor, args, attempt)
+
+    def _await_restart(self, actor: Any) -> None:
+        """Block until `actor` answers again (a call made while it restarts would fail at once)."""
+        import ray
+        from ray.exceptions import ActorUnavailableError
+
+        deadline = time.monotonic() + self.restart_timeout
+        while True:
+            try:
+                ray.get(actor.__ray_ready__.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                return
+            except ActorUnavailableError:  # still restarting
+                if time.monotonic() > deadline:
+                    return  # the call made next fails and says why
+                time.sleep(0.2)
+            except Exception:
+                return  # dead for good (restarts used up): the call made next fails and says why
+
+    def next(self) -> tuple[T, Any]:
+        import ray
+
+        while True:
+            ready, _ = ray.wait(list(self._calls), num_returns=1)
+            tag, actor, args, attempt = self._calls.pop(ready[0])
+            try:
+                return tag, ray.get(ready[0])
+            except Exception as exc:
+                cause = actor_error_cause(exc)
+                if not actor_died(exc):
+                    raise MemrlError(f"{self.name(tag)} failed: {first_line(cause)}") from cause
+                if attempt >= self.retries:
+                    raise MemrlError(
+                        f"{self.name(tag)} failed: its worker died {attempt + 1} times ({first_line(exc)})"
+                    ) from exc
+                self.retried += 1
+                if self.warn is not None:
+                    self.warn(f"the worker running {self.name(tag)} died; running it again on the restarted worker")
+                self._await_restart(actor)
+                self.submit(tag, actor, *args, attempt=attempt + 1)
+
+
+FAILED_FILE = "failed.jsonl"  # work a model endpoint could not serve, one line per failed attempt
+
+
+@dataclass
+class EnvRun:
+    """What a run left in its folder: finished records, work still failed, and this run's worker retries."""
+
+    records: list[dict[str, Any]]
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    planned: int = 0
+    retried: int = 0
+
+    @property
+    def pending(self) -> int:
+        """Planned work neither finished nor failed (what waits on a user's failed session or task)."""
+        return self.planned - len(self.records) - len(self.failed)
+
+
+class FailedWork:
+    """Work whose model endpoint still failed after the client's retries: logged in `failed.jsonl`, said on the
+    console, and run again by a rerun (it never reaches the finished records)."""
+
+    def __init__(self, out: Path, console: Any) -> None:
+        self.out = out
+        self.console = console
+        self.now: list[tuple[str, dict[str, Any]]] = []  # (what failed, its record), this run
+
+    def add(self, what: str, record: dict[str, Any]) -> None:
+        ResumableJsonl(self.out / FAILED_FILE, key="key").append(record)
+        self.now.append((what, record))
+        line = f"{what} failed: {record['error']} (a rerun runs it again)"
+        self.console.print(line, style="red", markup=False, highlight=False)
+
+    def check(self, finished: int) -> None:
+        """A run in which work failed and none finished (an endpoint down from the start) fails in one line."""
+        if self.now and not finished:
+            what, record = self.now[0]
+            raise MemrlError(f"{what} failed: {record['error']}")
+
+    @staticmethod
+    def outstanding(out: Path, done: Collection[str]) -> list[dict[str, Any]]:
+        """The last failed attempt of every piece of work no run has finished since."""
+        path = out / FAILED_FILE
+        if not path.exists():
+            return []
+        return [r for key, r in ResumableJsonl(path, key="key").latest().items() if key not in done]
 
 
 def endpoint_server(

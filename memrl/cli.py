@@ -82,6 +82,50 @@ def run(
     console.print(f"done: {run_dir}")
 
 
+@app.command()
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder: holds the run's recipe.resolved.yaml")],
+    stage: Annotated[list[str] | None, typer.Option("--stage", help="resume only these stages (repeatable)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what each stage would run")] = False,
+) -> None:
+    """Rerun the run saved in RUN_DIR: finished stages are skipped, a killed one continues from its last checkpoint."""
+    from memrl.stages import resume_run
+
+    console.print(f"done: {resume_run(run_dir, console, only=stage, dry_run=dry_run)}")
+
+
+@app.command()
+def launch(
+    recipe: Annotated[str, typer.Argument(help="bundled recipe name or path to a YAML file")],
+    ray_address: Annotated[
+        str, typer.Option("--ray-address", help="job server http://HOST:8265, or the GCS HOST:PORT", show_default=False)
+    ],
+    overrides: Overrides = None,
+    stage: Annotated[list[str] | None, typer.Option("--stage", help="launch only these stages (repeatable)")] = None,
+    smoke: Annotated[bool, typer.Option("--smoke", help="apply the recipe's smoke overrides")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print each stage's job: entrypoint, runtime_env, command")
+    ] = False,
+) -> None:
+    """Submit a recipe's stages to a Ray cluster as jobs, one per stage, in order. A relaunch resumes."""
+    from memrl.launch import StageFailed, dashboard_url, describe, plan
+    from memrl.launch import launch as submit
+    from memrl.recipe import load_recipe
+
+    loaded = load_recipe(recipe, overrides or [], smoke=smoke)
+    if dry_run:
+        describe(plan(loaded, ray_address, only=stage), ray_address, typer.echo)
+        return
+    dashboard = dashboard_url(ray_address)
+    job = plan(loaded, dashboard, only=stage)
+    try:
+        submit(job, dashboard, console)
+    except StageFailed as exc:
+        print(f"memrl: error: {exc}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    console.print(f"done: {job.recipe.run_dir}")
+
+
 @recipes_app.command("list")
 def recipes_list() -> None:
     """Recipes shipped with memrl."""

@@ -122,3 +122,18 @@ def judger(
         stats = build_judger_dataset(tod_dir, out, eval_individuals, eval_fraction, seed, schema)
     keys = ("rows", "queries", "individuals", "positives", "negatives", "positive_rate", "negatives_by_kind")
     typer.echo(json.dumps({split: {k: stats[split][k] for k in keys} for split in ("train", "eval")}))
+
+
+@data_app.command("pahf")
+def pahf(
+    run: Annotated[Path, typer.Option("--run", help="output folder of `memrl eval pahf --domain shopping`")],
+    out: Annotated[Path, typer.Option("--out", help="output folder: train/eval JSONL, sft/, kto/, stats.json")],
+    eval_users: Annotated[int, typer.Option("--eval-users", min=0, help="users held out for eval (last by name)")] = 1,
+) -> None:
+    """Memory-writer data: (feedback context -> note) records rewarded by the next decision each note informed."""
+    import json
+
+    from memrl.data_gen.pahf import build_pahf_dataset
+
+    stats = build_pahf_dataset(run, out, eval_users)
+    typer.echo(json.dumps(stats))

@@ -10,6 +10,12 @@ from typing import Any
 
 
 class ResumableJsonl:
+    """One JSON record per line, each with a unique `key`; `done` holds the keys already on disk.
+
+    Every `append` is one `write` of one whole line on an `O_APPEND` descriptor, then fsync'ed: a process killed at
+    any point leaves either the whole line or a torn last line without its newline, which the next open drops.
+    """
+
     def __init__(self, path: Path, key: str = "key") -> None:
         self.path = path
         self.key = key
@@ -34,10 +40,18 @@ class ResumableJsonl:
                 if line.strip():
                     yield json.loads(line)
 
+    def latest(self) -> dict[str, dict[str, Any]]:
+        """The last record of each key (for logs where a key may come back, such as failed attempts)."""
+        return {str(r[self.key]): r for r in self.records() if self.key in r}
+
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False) + "\n"
-        with self.path.open("a") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        data = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:  # one write for a regular file; the loop only covers a short write
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         self.done.add(str(record[self.key]))

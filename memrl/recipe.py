@@ -23,6 +23,7 @@ from memrl.config import Recipe
 from memrl.errors import ConfigError, closest
 
 Key = str | int
+RESOLVED_NAME = "recipe.resolved.yaml"  # what every run writes into its folder; `memrl resume` reads it back
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 
@@ -42,7 +43,7 @@ class LoadedRecipe:
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
-        out = directory / "recipe.resolved.yaml"
+        out = directory / RESOLVED_NAME
         out.write_text(yaml.safe_dump(self.resolved(), sort_keys=False))
         return out
 

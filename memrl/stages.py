@@ -23,7 +23,7 @@ from memrl.config import (
 from memrl.context import RunContext, progress
 from memrl.errors import ConfigError
 from memrl.jsonl import ResumableJsonl
-from memrl.recipe import LoadedRecipe
+from memrl.recipe import RESOLVED_NAME, LoadedRecipe, load_recipe
 from memrl.rollout.base import Message
 from memrl.train import stages as pipeline
 from memrl.train.config import GRPOStage, JudgerStage, SFTStage
@@ -135,3 +135,16 @@ def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = 
     finally:
         ctx.close()
     return run_dir
+
+
+def resume_run(run_dir: Path, console: Console, only: list[str] | None = None, dry_run: bool = False) -> Path:
+    """Rerun the run saved in `run_dir` from its resolved recipe: finished stages are skipped, an interrupted
+    training stage continues from its newest checkpoint. Outputs stay in `run_dir`, wherever it was started from."""
+    if not run_dir.is_dir():
+        raise ConfigError(f"run folder {run_dir} does not exist")
+    saved = run_dir / RESOLVED_NAME
+    if not saved.is_file():
+        raise ConfigError(f"{run_dir} is not a memrl run folder: {RESOLVED_NAME} is missing")
+    loaded = load_recipe(saved)
+    loaded.recipe = loaded.recipe.model_copy(update={"output_dir": run_dir.resolve()})
+    return run_recipe(loaded, console, only=only, dry_run=dry_run)

@@ -22,7 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from memrl.envs.collab.prompts import REFLECTION_KEYS
-from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
+from memrl.rollout.json_output import (
+    MAX_DEPTH,
+    MAX_REPAIR_CHARS,
+    JSONParseFailure,
+    NonFinite,
+    field_text,
+    loads,
+    nesting_depth,
+    parse_json_object,
+    raw_decode,
+)
 
 REASONING_KEY, NOTES_KEY = REFLECTION_KEYS
 
@@ -41,21 +51,28 @@ class FormatResult:
 def _strict_object(text: str) -> tuple[dict[str, Any] | None, bool]:
     """(object, exact): the first JSON object that parses without repair, and whether it is the whole reply."""
     stripped = text.strip()
+    if nesting_depth(stripped) > MAX_DEPTH:  # parse_json_object reports it
+        return None, False
     try:
-        whole = json.loads(stripped)
+        whole = loads(stripped)
     except json.JSONDecodeError:
         pass
+    except (RecursionError, NonFinite):  # nested past Python's limit: parse_json_object reports it
+        return None, False
     else:
         return (whole, True) if isinstance(whole, dict) else (None, False)
     fenced = _FENCE.search(text)
     span = fenced.group(1) if fenced else text
-    start = span.find("{")
+    # Each '{' is a fresh attempt that may scan to the end: a degenerate, huge reply is left to the repair path.
+    start = span.find("{") if len(span) <= MAX_REPAIR_CHARS else -1
     while start >= 0:
         try:
-            found, _ = json.JSONDecoder().raw_decode(span, start)
+            found, _ = raw_decode(span, start)
         except json.JSONDecodeError:
             start = span.find("{", start + 1)
             continue
+        except (RecursionError, NonFinite):
+            return None, False
         return (found, False) if isinstance(found, dict) else (None, False)
     return None, False
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
-from memrl.rewards.format import FormatResult, format_reward
+from memrl.rewards.format import UNUSABLE, FormatResult, format_reward
 from memrl.rewards.judge import Judge, build_judge
 from memrl.rewards.text import count_tokens
 from memrl.rewards.types import GroundTruth, JudgeItem, JudgeVerdict, RewardParts
@@ -51,6 +51,7 @@ class RewardScorer:
         self.judge = judge if judge is not None else build_judge(self.cfg.judge)
         self.last_batch_failures = 0  # judge failures in the latest batch
         self.failures = 0  # judge failures since the scorer was built
+        self.format_failures = 0  # replies with no usable notes (format credit 0) since the scorer was built
         self.scored = 0  # samples scored since the scorer was built
         self.batches = 0  # judge calls (one per scored batch)
         self._lock = threading.Lock()
@@ -111,6 +112,7 @@ class RewardScorer:
         with self._lock:
             self.last_batch_failures = failed
             self.failures += failed
+            self.format_failures += sum(f.score == UNUSABLE for f in formats)
             self.scored += len(parts)
             self.batches += 1
             total = self.failures

@@ -6,6 +6,7 @@ Callers get a `ParsedJSON` or a `JSONParseFailure`, never an exception, so every
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,6 +15,11 @@ from typing import Any
 from json_repair import repair_json
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
+# Repair is slow on degenerate replies (seconds for 10k nested braces, minutes for megabytes of text): a longer
+# or deeper span than any real reply is refused instead. Valid JSON of any size still parses (json.loads is fast).
+MAX_REPAIR_CHARS = 100_000
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -47,12 +53,25 @@ def parse_json_object(text: str, required: Iterable[str] = ()) -> JSONResult:
     span = _candidate(text).strip()
     if not span.startswith("{"):
         return JSONParseFailure("no JSON object in the output", text)
+    if nesting_depth(span) > MAX_DEPTH:  # also keeps field_text's recursion shallow
+        return JSONParseFailure(f"JSON nested deeper than {MAX_DEPTH} levels", text)
     repaired = False
     try:
-        data = json.loads(span)
+        data = loads(span)
+    except NonFinite:
+        return JSONParseFailure("JSON holds a number that is not finite (NaN or Infinity)", text)
     except json.JSONDecodeError:
         repaired = True
-        data = repair_json(span, return_objects=True)
+        if len(span) > MAX_REPAIR_CHARS:
+            return JSONParseFailure(f"output too long to repair ({len(span)} characters)", text)
+        try:
+            data = repair_json(span, return_objects=True)
+        except (ValueError, RecursionError):  # json_repair gives up on some inputs with an exception
+            return JSONParseFailure("output could not be repaired into a JSON object", text)
+        try:
+            json.dumps(data, allow_nan=False)  # repair keeps NaN and Infinity as floats
+        except ValueError:
+            return JSONParseFailure("JSON holds a number that is not finite (NaN or Infinity)", text)
     if isinstance(data, list):  # repair may wrap an object followed by trailing text in a list
         data = next((d for d in data if isinstance(d, dict)), None)
     if not isinstance(data, dict) or not data:
@@ -61,6 +80,46 @@ def parse_json_object(text: str, required: Iterable[str] = ()) -> JSONResult:
     if missing:
         return JSONParseFailure(f"JSON object lacks required keys: {', '.join(missing)}", text)
     return ParsedJSON(data, repaired)
+
+
+class NonFinite(ValueError):
+    """NaN, Infinity or a literal too large for a float: Python's json accepts them, no JSON reader downstream does."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NonFinite(text)
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise NonFinite(name)
+
+
+_DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_no_constant)
+
+
+def loads(text: str) -> Any:
+    """`json.loads` that refuses NaN, Infinity and overflowing numbers (NonFinite) instead of returning them."""
+    return _DECODER.decode(text)
+
+
+def raw_decode(text: str, start: int) -> tuple[Any, int]:
+    """`JSONDecoder.raw_decode` with the same refusals as `loads`."""
+    return _DECODER.raw_decode(text, start)
+
+
+def nesting_depth(text: str) -> int:
+    """How deep `{`/`[` nest in `text`, outside string literals (a cheap bound before repairing it)."""
+    depth = deepest = 0
+    for char in _STRING.sub('""', text):
+        if char in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "}]":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def field_text(value: object) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")  # the machine is shared: more threads only thrash
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,6 +37,18 @@ def tiny_llama(model_cache: Path) -> str:
     from memrl.models import pull
 
     return str(pull("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`memrl run quickstart --smoke`, every stage on tiny-qwen2: one run the pipeline and resume tests read."""
+    run = tmp_path_factory.mktemp("smoke")
+    result = subprocess.run(
+        [sys.executable, "-m", "memrl.cli", "run", "quickstart", "--smoke", f"output_dir={run}"],
+        capture_output=True, text=True, cwd=run, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run
 
 
 @pytest.fixture(scope="session")

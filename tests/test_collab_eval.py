@@ -146,22 +146,3 @@ def test_unreachable_ray_cluster_fails_in_one_line(tmp_path: Path) -> None:
         .splitlines()[-1]
         .startswith(f"memrl: error: cannot connect to the Ray cluster at {address}")
     )
-
-
-def test_eval_joins_a_running_ray_cluster(tiny_qwen2: str, tmp_path: Path) -> None:
-    ray = str(Path(sys.executable).parent / "ray")
-    started = subprocess.run(
-        [ray, "start", "--head", "--num-cpus", "2", "--include-dashboard", "false"], capture_output=True, text=True
-    )
-    assert started.returncode == 0, started.stderr[-2000:]
-    try:
-        out = tmp_path / "cluster"
-        result = _memrl(
-            "eval", "collab", "--model", tiny_qwen2, "--users", "2", "--sessions", "1", "--max-turns", "2",
-            "--max-tokens", "8", "--ray-address", "auto", "--out", str(out),
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert "Connecting to existing Ray cluster" in result.stderr
-        assert len(_records(out)) == 2
-    finally:
-        subprocess.run([ray, "stop", "--force"], capture_output=True)

@@ -68,6 +68,10 @@ def test_embodied_folder_loads() -> None:
     assert data.original[1].user_intent_location == "fridge door" and not data.original[1].is_pickup
     assert data.evolved[1].user_intent_location == "top shelf"
     assert set(data.personas_original) == set(data.personas_evolved) == {"Rowan", "Juno"}
+    tests = load_embodied_dir(EMBODIED, "B")  # the held-out set phases 2 and 4 test on
+    assert len(tests.original) == len(tests.evolved) == 6
+    assert {s.task for s in tests.original}.isdisjoint({s.task for s in data.original})
+    assert tests.evolved[0].user_intent_object == "orange juice" != tests.original[0].user_intent_object
 
 
 # --- the gold rule --------------------------------------------------------------------------------------------------

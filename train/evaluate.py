@@ -117,6 +117,8 @@ def summarize(scored: list[dict[str, Any]]) -> dict[str, Any]:
         "hallucination_rate": round(fmean(s["n_hallucinated"] > 0 for s in named), 4) if named else None,
         "notes_tokens": mean("notes_tokens", scored),
         "judge_failures": len(scored) - len(judged),
+        # Replies with no usable notes (format credit 0): malformed reflector output, counted, never fatal.
+        "format_failures": sum(1 for s in scored if s.get("format") == 0.0),
     }
 
 

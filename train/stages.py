@@ -21,7 +21,7 @@ from memrl.train.checkpoints import (
     resolve_model,
 )
 from memrl.train.config import GRPOStage, SFTStage
-from memrl.train.trl_common import TrainContext, is_finished
+from memrl.train.trl_common import TrainContext, is_finished, resume_point
 
 
 def run_reflection_data(stage: ReflectionDataStage, ctx: RunContext, name: str) -> None:
@@ -83,6 +83,8 @@ def _train(launch: Launcher, stage: SFTStage | GRPOStage, ctx: RunContext, name:
     if not ctx.dry_run and is_finished(out):
         ctx.console.print(f"{name}: already finished ({out / 'final'}); delete it to retrain")
         return
+    if not ctx.dry_run and stage.trainer == "trl" and (point := resume_point(out)) is not None:
+        ctx.console.print(f"{name}: resuming from {point} (same seed, same data order)")
     launch(stage, ctx, name, ctx.model_ref(stage.model), ctx.artifact(stage.data))
 
 
@@ -177,6 +179,7 @@ def _launch_verl_grpo(stage: GRPOStage, ctx: RunContext, name: str, base: str, d
         project=ctx.recipe.logging.project,
         logger=_logger(ctx),
         lora_adapter_path=adapter,
+        seed=ctx.recipe.seed,
     )
     vl.validate_overrides(vl.PPO_CONFIG, overrides)  # a bad key fails here, on CPU, before any GPU job
     env = dict(os.environ) | vl.secret_env(stage)

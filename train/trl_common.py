@@ -27,6 +27,12 @@ class TrainContext:
     run_name: str
 
 
+def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    """Tokens of a chat prompt with the generation header. Newer tokenizers return a BatchEncoding, not a list."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return len(ids["input_ids"] if not isinstance(ids, list) else ids)
+
+
 def device_args() -> dict[str, Any]:
     import torch
 

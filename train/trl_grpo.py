@@ -21,6 +21,7 @@ from memrl.train.trl_common import (
     apply_overrides,
     base_args,
     peft_config,
+    prompt_tokens,
     resume_point,
     save_final,
 )
@@ -36,11 +37,7 @@ def load_rl_split(data_dir: Path, split: str, tokenizer: Any, max_prompt_length:
     data = load_dataset("json", data_files=str(path), split="train")
     data = data.select_columns(["prompt", "ground_truth"])
 
-    def fits(row: dict[str, Any]) -> bool:
-        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
-        return len(ids["input_ids"] if isinstance(ids, dict) else ids) <= max_prompt_length
-
-    kept = data.filter(fits)
+    kept = data.filter(lambda row: prompt_tokens(tokenizer, row["prompt"]) <= max_prompt_length)
     return kept, len(data) - len(kept)
 
 

@@ -14,6 +14,7 @@ from memrl.train.trl_common import (
     apply_overrides,
     base_args,
     peft_config,
+    prompt_tokens,
     resume_point,
     save_final,
 )
@@ -70,10 +71,7 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
 
 def _check_some_fit(data: Any, tokenizer: Any, max_length: int, stage: str) -> None:
     """TRL drops samples whose completion is cut away entirely; fail clearly before it is left with none."""
-    shortest = min(
-        len(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"])
-        for row in data
-    )
+    shortest = min(prompt_tokens(tokenizer, row["prompt"]) for row in data)
     if shortest >= max_length:
         raise ConfigError(
             f"stages.{stage}.max_length={max_length}: no SFT sample fits (the shortest prompt has {shortest} tokens)"

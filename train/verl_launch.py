@@ -153,6 +153,7 @@ def grpo_overrides(
     logger: Logger = "console",
     lora_adapter_path: str | None = None,
     resume: bool = True,
+    seed: int = 0,
 ) -> list[str]:
     """Hydra overrides for `python -m verl.trainer.main_ppo` (config `ppo_trainer`); `stage.overrides` come last."""
     if stage.rollouts < 2:
@@ -172,6 +173,8 @@ def grpo_overrides(
         _kv("data.max_response_length", stage.max_response_length),
         # A prompt longer than the budget is dropped up front instead of failing the run mid-epoch.
         _kv("data.filter_overlong_prompts", True),
+        # verl's default (null) seeds the shuffling sampler from the clock: a resumed run would see another order.
+        _kv("data.seed", seed),
         _kv("actor_rollout_ref.model.path", model_path),
         _kv("actor_rollout_ref.actor.optim.lr", stage.lr),
         # One optimizer step per training step: the mini-batch is the whole batch of prompts.

@@ -27,6 +27,11 @@ from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_o
 RETRIEVAL_SAMPLING = SamplingParams(temperature=0.0, max_tokens=192)
 
 
+def _is_text(value: object) -> bool:
+    """A field that can be read as text: a string, or the lists and objects small models write (field_text)."""
+    return isinstance(value, str | list | dict)
+
+
 class AgentKind(StrEnum):
     NONE = "none"
     ORACLE = "oracle"
@@ -76,7 +81,7 @@ class Reflector:
     async def reflect(self, notes: str, turns: Sequence[Message]) -> Reflection:
         raw = (await self.backend.achat(reflection_messages(notes, turns), self.sampling)).text
         parsed = parse_json_object(raw, required=("agent_notes",))
-        if isinstance(parsed, JSONParseFailure):
+        if isinstance(parsed, JSONParseFailure) or not _is_text(parsed.data["agent_notes"]):
             return Reflection(notes, raw=raw, parse_failed=True)  # keep the old notes rather than lose them
         data = parsed.data
         updated = field_text(data.get("agent_notes")).strip() or notes
@@ -121,7 +126,7 @@ class CollabAgent:
         """Per-turn retrieval: the notes relevant to the next reply (all notes when the output is unusable)."""
         raw = (await self.backend.achat(retrieval_messages(notes, turns), self.retrieval_sampling)).text
         parsed = parse_json_object(raw, required=("relevant_notes",))
-        if isinstance(parsed, JSONParseFailure):
+        if isinstance(parsed, JSONParseFailure) or not _is_text(parsed.data["relevant_notes"]):
             return notes, True
         return field_text(parsed.data["relevant_notes"]).strip() or notes, False
 
@@ -135,10 +140,11 @@ class CollabAgent:
         messages = agent_messages(section, text, turns, self.sampling.max_tokens)
         raw = (await self.backend.achat(messages, self.sampling)).text
         parsed = parse_json_object(raw, required=AGENT_KEYS[-1:])
-        if isinstance(parsed, JSONParseFailure):
+        value = None if isinstance(parsed, JSONParseFailure) else parsed.data["response"]
+        response = field_text(value).strip() if _is_text(value) else ""
+        if not response:
             # Counted, and the raw text is what the user reads: a run never stops on one bad reply.
             return AgentReply(raw.strip(), True, retrieved, retrieval_failed)
-        response = field_text(parsed.data["response"]).strip() or raw.strip()
         return AgentReply(response, False, retrieved, retrieval_failed)
 
     async def end_session(self, memory: AgentMemory, turns: Sequence[Message]) -> tuple[AgentMemory, Reflection | None]:

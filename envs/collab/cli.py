@@ -99,12 +99,18 @@ def eval_collab(
     ] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="Ray actors (default: min(users, CPUs, 8))")] = None,
     max_in_flight: Annotated[int, typer.Option(min=1, help="requests in flight per model endpoint")] = 32,
+    request_timeout: Annotated[
+        float | None, typer.Option(min=0.001, help="seconds per request to a NAME@URL endpoint (default 120)")
+    ] = None,
+    max_retries: Annotated[
+        int | None, typer.Option(min=0, help="retries with backoff per request to a NAME@URL endpoint (default 4)")
+    ] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster (default: local)")] = None,
     seed: int = 0,
 ) -> None:
     """Multi-session collaboration: users with preferences work with an agent; writes metrics and a plot.
 
-    A rerun with the same --out resumes: finished sessions are kept and skipped.
+    A rerun with the same --out resumes: finished sessions are kept and skipped, failed ones run again.
     """
     from pydantic import ValidationError
 
@@ -112,8 +118,9 @@ def eval_collab(
     from memrl.envs.collab.config import CollabEvalConfig, model_from_spec
     from memrl.envs.collab.metrics import write_report
     from memrl.envs.collab.problems import get_task
-    from memrl.envs.collab.runner import run_collab
+    from memrl.envs.collab.runner import collab_run
     from memrl.recipe import describe_error
+    from memrl.rollout.config import OpenAIModelConfig
 
     spec = {
         "task": task,
@@ -135,7 +142,13 @@ def eval_collab(
     except ValidationError as exc:
         raise ConfigError(describe_error(exc, CollabEvalConfig)) from None
     roles = {"model": model, "user_model": user_model, "reflector": reflector, "judge": judge}
-    update: dict[str, Any] = {k: model_from_spec(v, max_in_flight) for k, v in roles.items() if v is not None}
+    client = {"timeout": request_timeout, "max_retries": max_retries}
+    client = {k: v for k, v in client.items() if v is not None}
+    update: dict[str, Any] = {}
+    for key, value in roles.items():
+        if value is not None:
+            role = model_from_spec(value, max_in_flight)
+            update[key] = role.model_copy(update=client) if isinstance(role, OpenAIModelConfig) else role
     if max_tokens is not None:
         update["sampling"] = cfg.sampling.model_copy(
             update={"agent": cfg.sampling.agent.model_copy(update={"max_tokens": max_tokens})}
@@ -144,8 +157,16 @@ def eval_collab(
     get_task(cfg.task)  # an unknown task fails here, before any model starts
     claim_output(out, cfg, may_change={"sessions", "workers", "max_in_flight", "ray_address"})
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary JSON
-        records = run_collab(cfg, out, console)
-        metrics = write_report(records, out)
+        run = collab_run(cfg, out, console)
+        metrics = write_report(run.records, out, failed=run.failed)
     summary = {k: metrics.get(k) for k in ("task_success", "user_effort", "length", "sessions", "users")}
+    summary |= {"failed": len(run.failed), "pending": run.pending, "retried": run.retried}
     typer.echo(json.dumps(summary))
+    if run.failed:
+        console.print(
+            f"{len(run.failed)} session(s) failed ({out / 'failed.jsonl'}) and {run.pending} more wait on them; "
+            "metrics cover finished sessions only: rerun the same command to run them",
+            style="yellow",
+            markup=False,
+        )
     console.print(f"wrote {out / 'sessions.jsonl'}, {out / 'metrics.json'}, {out / 'sessions.png'}")

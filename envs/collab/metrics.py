@@ -118,9 +118,15 @@ def plot_sessions(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Pat
     return path
 
 
-def write_report(records: Sequence[dict[str, Any]], out: Path) -> dict[str, Any]:
-    """metrics.json and sessions.png in `out`."""
-    metrics = compute_metrics(records)
+def failure_report(failed: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Sessions a model endpoint could not serve: counted apart, never averaged into the metrics above."""
+    keep = ("key", "user_id", "session", "problem_id", "error")
+    return {"failed_sessions": len(failed), "failed": [{k: r.get(k) for k in keep} for r in failed]}
+
+
+def write_report(records: Sequence[dict[str, Any]], out: Path, failed: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """metrics.json and sessions.png in `out`; `failed` sessions are listed and counted, not averaged."""
+    metrics = compute_metrics(records) | failure_report(failed)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     if records:
         plot_sessions(metrics["per_session"], out / "sessions.png", "per-session averages")

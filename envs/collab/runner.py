@@ -3,6 +3,10 @@
 The driver owns the output: it appends each finished session to `sessions.jsonl` (fsync'ed), so a crash loses
 nothing finished, and a rerun resumes each user after its last finished session with the memory saved there.
 Workers are stateless across calls (the memory travels with the request), so any worker can run any session.
+
+Faults: Ray restarts a worker whose process died and the session it was running is run once more; a session whose
+model endpoint still fails after the client's retries is logged in `failed.jsonl` (not in `sessions.jsonl`), its
+user stops there for this run, and a rerun runs it again.
 """
 
 from __future__ import annotations
@@ -18,15 +22,15 @@ from typing import Any
 from rich.console import Console
 
 from memrl.context import progress
-from memrl.envs.actors import endpoint_server, next_finished, start_ray
+from memrl.envs.actors import EnvRun, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import AnswerKind, Problem, get_task, load_problems, split_problems
 from memrl.envs.collab.profiles import UserProfile, load_profiles, sample_profiles, split_profiles
-from memrl.envs.collab.session import SessionSpec, run_session
+from memrl.envs.collab.session import SessionSpec, failed_record, run_session
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
-from memrl.errors import MemrlError
+from memrl.errors import BackendError, MemrlError, first_line
 from memrl.jsonl import ResumableJsonl
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
@@ -137,16 +141,21 @@ class SessionRunner:
 
     async def run(self, profile: dict, problem: dict, index: int, memory: dict) -> dict[str, Any]:
         spec = SessionSpec(UserProfile.from_record(profile), Problem.from_record(problem), index)
-        record, _ = await run_session(
-            spec, self.agent, self.simulator, self.grader, AgentMemory.from_record(memory), self.max_turns
-        )
+        try:
+            record, _ = await run_session(
+                spec, self.agent, self.simulator, self.grader, AgentMemory.from_record(memory), self.max_turns
+            )
+        except BackendError as exc:  # the endpoint failed after the client's own retries: a failed session
+            return failed_record(spec, self.agent.kind.value, first_line(exc))
+        record["node"] = _ray_node()
         return record
 
 
-def _ray_worker_class() -> Any:
+def _ray_node() -> str | None:
+    """The id of the Ray node this session ran on (None outside Ray): shows how a run spread over a cluster."""
     import ray
 
-    return ray.remote(SessionRunner)
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 # --- driver -------------------------------------------------------------------------------------------------------
@@ -163,10 +172,21 @@ def _resume_state(sink: ResumableJsonl) -> dict[str, tuple[int, AgentMemory]]:
 
 
 def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
-    """Run (or resume) the evaluation into `out`; return every session record."""
+    """Run (or resume) the evaluation into `out`; return every finished session record."""
+    return collab_run(cfg, out, console).records
+
+
+def collab_run(cfg: CollabEvalConfig, out: Path, console: Console) -> EnvRun:
+    """Run (or resume) the evaluation into `out`.
+
+    A session whose endpoint fails after retries is logged in `failed.jsonl` and its user stops for this run (its
+    next session needs the memory this one would have written); the other users go on. A run in which sessions
+    failed and none finished raises the first failure as one line.
+    """
 
     users = select_profiles(cfg)
     plan = assign_problems(users, select_problems(cfg), cfg.sessions, cfg.seed)
+    planned = len(users) * cfg.sessions
     out.mkdir(parents=True, exist_ok=True)
     sink = ResumableJsonl(out / SESSIONS_FILE, key="key")
     state = _resume_state(sink)
@@ -175,34 +195,43 @@ def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[
     n_workers = min(cfg.workers or min(len(users), os.cpu_count() or 1, 8), max(len(todo), 1))
     per_worker = max(1, math.ceil(cfg.max_in_flight / n_workers))
 
+    def result(retried: int = 0) -> EnvRun:
+        records = list(sink.records())
+        return EnvRun(records, FailedWork.outstanding(out, sink.done), planned, retried)
+
     with contextlib.ExitStack() as stack, progress(console) as bar:
-        task = bar.add_task("sessions", total=len(users) * cfg.sessions, completed=len(sink.done))
+        task = bar.add_task("sessions", total=planned, completed=len(sink.done))
         if not todo:
-            return list(sink.records())
+            return result()
         roles = serve_locally(needed_roles(cfg), stack, out / "logs", per_worker)
         start_ray(cfg.ray_address, stack)
-        worker_cls = _ray_worker_class().options(num_cpus=0, scheduling_strategy="SPREAD")
-        workers = [worker_cls.remote(WorkerSpec(cfg, roles)) for _ in range(n_workers)]
-
-        in_flight: dict[Any, str] = {}
-
-        def submit(user_id: str, slot: int) -> None:
-            index, memory = todo[user_id]
-            problem = plan[user_id][index]
-            ref = workers[slot % n_workers].run.remote(
-                by_id[user_id].to_record(), problem.to_record(), index, memory.to_record()
-            )
-            in_flight[ref] = user_id
-
-        for slot, user_id in enumerate(todo):
-            submit(user_id, slot)
+        workers = spawn_workers(SessionRunner, n_workers, WorkerSpec(cfg, roles))
+        failures = FailedWork(out, console)
+        in_flight: InFlight[tuple[str, int]] = InFlight(
+            lambda tag: f"user {tag[0]} session {tag[1]}",
+            warn=lambda line: console.print(line, style="yellow", markup=False),
+        )
         slots = {user_id: slot for slot, user_id in enumerate(todo)}
+
+        def submit(user_id: str) -> None:
+            index, memory = todo[user_id]
+            args = (by_id[user_id].to_record(), plan[user_id][index].to_record(), index, memory.to_record())
+            in_flight.submit((user_id, index), workers[slots[user_id] % n_workers], *args)
+
+        for user_id in todo:
+            submit(user_id)
+        finished = 0
         while in_flight:
-            user_id, record = next_finished(in_flight, lambda user: f"user {user} session {todo[user][0]}")
-            sink.append(record)
+            (user_id, index), record = in_flight.next()
+            if record.get("status") == "failed":
+                failures.add(f"user {user_id} session {index}", record)
+                continue  # the user's later sessions need this one's memory: they wait for a rerun
+            if record["key"] not in sink.done:  # a result never lands twice
+                sink.append(record)
+                finished += 1
             bar.advance(task)
-            index = record["session"] + 1
-            todo[user_id] = (index, AgentMemory.from_record(record["memory"]))
-            if index < cfg.sessions:
-                submit(user_id, slots[user_id])
-    return list(sink.records())
+            todo[user_id] = (index + 1, AgentMemory.from_record(record["memory"]))
+            if index + 1 < cfg.sessions:
+                submit(user_id)
+        failures.check(finished)
+    return result(in_flight.retried)

@@ -32,6 +32,24 @@ def session_key(user_id: str, index: int) -> str:
     return f"{user_id}/{index}"
 
 
+def failed_record(spec: SessionSpec, agent: str, reason: str) -> dict[str, Any]:
+    """A session a model endpoint could not serve (after the client's own retries): why, and nothing else.
+
+    It goes to the run's failure log, never to `sessions.jsonl`: it has no metrics, and a rerun runs it again.
+    """
+    return {
+        "key": session_key(spec.profile.id, spec.index),
+        "user_id": spec.profile.id,
+        "session": spec.index,
+        "task": spec.problem.task,
+        "problem_id": spec.problem.id,
+        "agent": agent,
+        "status": "failed",
+        "error": reason,
+        "finished_at": time.time(),
+    }
+
+
 def _checker_view(spec: SessionSpec, agent_text: str, turn: UserTurn) -> dict[str, Any]:
     """What the programmatic checkers say about the reply the user just reacted to (for the fidelity report)."""
     context = TurnContext(winding_down=turn.terminate, clarifying=is_clarifying_question(agent_text))

@@ -20,7 +20,7 @@ from memrl.envs.collab.problems import AnswerKind, Problem, get_task
 from memrl.envs.collab.profiles import UserProfile
 from memrl.envs.collab.prompts import TERMINATE, user_messages
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
-from memrl.rollout.json_output import JSONParseFailure, parse_json_object
+from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
 
 INITIAL_DRAFT = "I don't know"
 
@@ -206,12 +206,18 @@ class LLMUserSession(UserSession):
             # Counted as a parse failure; the session goes on with the raw text as the user's message.
             return UserTurn(raw.strip() or "Can you go on?", draft_answer=self.draft, parse_failed=True)
         data = parsed.data
-        response = str(data.get("response", "")).strip()
+        if not isinstance(data["response"], str):
+            # A list, number or null where the message belongs: counted like unparsable output, text kept.
+            text = field_text(data["response"]).strip() or raw.strip() or "Can you go on?"
+            return UserTurn(text, draft_answer=self.draft, parse_failed=True)
+        response = data["response"].strip()
         enforce = _as_bool(data.get("enforce_preferences"))
         if not enforce:
-            self.draft = str(data.get("draft_answer") or self.draft).strip() or self.draft
+            self.draft = field_text(data.get("draft_answer")).strip() or self.draft
         terminate = not enforce and (_as_bool(data.get("should_terminate")) or TERMINATE in response)
-        return UserTurn(response or TERMINATE, enforce, self.draft, terminate, reasoning=str(data.get("reasoning", "")))
+        return UserTurn(
+            response or TERMINATE, enforce, self.draft, terminate, reasoning=field_text(data.get("reasoning"))
+        )
 
     async def open(self) -> UserTurn:
         turn = await self._ask([])

@@ -6,6 +6,7 @@ call goes through a `ChatBackend`; an unusable reply is counted in `failures` an
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -85,30 +86,46 @@ class Decision:
     raw: str = ""
 
 
+_ASK_LINE = re.compile(r"^\W*ask\s*[:\-]\s*(?P<question>\S.*)", re.IGNORECASE)
+# A letter alone, or followed by ")", ":", "." or " is": "A user ..." is an article, not option A.
+_LEADING_LETTER = re.compile(r"^\W*(?:option\s+)?(?P<letter>[A-Za-z])(?=\s*$|\s*[).:,\]-]|\s+is\b)", re.IGNORECASE)
+_ANSWER_IS = re.compile(r"\b(?:answer|choice|option I choose) is:?\s*(?:option\s+)?\(?(?P<letter>[A-Z])\b")
+
+
 def parse_decision(raw: str, letters: str, may_ask: bool) -> Decision:
-    """The action of a decision reply; None when it is missing, not an option, or an ask that is not allowed."""
-    parsed = parse_json_object(raw, required=("action",))
-    if isinstance(parsed, JSONParseFailure):
-        return Decision(None, raw=raw)
-    data = parsed.data
-    text = field_text(data.get("action")).strip().strip(".()").strip()
-    thought, question = field_text(data.get("thought")).strip(), field_text(data.get("question")).strip()
-    if text.upper() in letters and len(text) == 1:
-        return Decision(text.upper(), thought, question, raw)
-    if text.lower().startswith(prompts.ASK) and may_ask and question:
-        return Decision(prompts.ASK, thought, question, raw)
-    return Decision(None, thought, question, raw)
+    """The action of a decision reply; None when it names no option, or asks when asking is not allowed.
+
+    Read in order: a JSON object with "action" (large models often answer so), `ASK: question` on the first line,
+    a leading option letter ("B", "B) ...", "Option B: ..."), then "the answer is B" anywhere.
+    """
+    text = raw.strip()
+    first, _, rest = text.partition("\n")
+    parsed = parse_json_object(text, required=("action",))
+    if not isinstance(parsed, JSONParseFailure):
+        action = field_text(parsed.data.get("action")).strip().strip(".()").strip()
+        thought, question = field_text(parsed.data.get("thought")).strip(), field_text(parsed.data.get("question"))
+        if action.lower() == prompts.ASK:
+            first = f"ASK: {question.strip()}"
+        else:
+            first, rest = action, thought
+    if (asked := _ASK_LINE.match(first)) is not None:
+        question = asked["question"].strip().strip("`").strip()
+        return Decision(prompts.ASK, "", question, raw) if may_ask and question else Decision(None, raw=raw)
+    found = _LEADING_LETTER.match(first) or _ANSWER_IS.search(text)
+    if found is not None and found["letter"].upper() in letters:
+        return Decision(found["letter"].upper(), rest.strip() or first.strip(), "", raw)
+    return Decision(None, raw=raw)
 
 
 def parse_salient(raw: str) -> bool | None:
-    """yes/no of a salience reply; None when unusable."""
-    parsed = parse_json_object(raw, required=prompts.SALIENCE_KEYS)
-    if isinstance(parsed, JSONParseFailure):
-        return None
-    value = parsed.data["salient"]
-    if isinstance(value, bool):
-        return value
-    word = field_text(value).strip().lower()
+    """yes/no of a salience reply (a bare word, or JSON with "salient"); None when unusable."""
+    parsed = parse_json_object(raw, required=("salient",))
+    if not isinstance(parsed, JSONParseFailure):
+        value = parsed.data["salient"]
+        if isinstance(value, bool):
+            return value
+        raw = field_text(value)
+    word = raw.strip().strip("\"'`*.").lower()
     if word.startswith("yes") or word == "true":
         return True
     if word.startswith("no") or word == "false":
@@ -162,8 +179,8 @@ class MemoryWriter:
         raw = (await self.backend.achat(prompts.salience_messages(text), self.sampling.salience)).text
         salient = parse_salient(raw)
         if salient is None:
-            failures["salience"] += 1  # counted, and treated as not worth storing
-        if not salient:
+            failures["salience"] += 1  # counted; stored anyway: a lost correction costs more than a stored "thanks"
+        elif not salient:
             return Write(source, text, False)
         raw = (
             await self.backend.achat(

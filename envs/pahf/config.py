@@ -52,6 +52,9 @@ class PahfEvalConfig(StrictModel):
     )
     model: ModelConfig = HFModelConfig(backend="hf", model="smollm2")
     user_model: ModelConfig | None = Field(default=None, description="LLM persona user; default: `model`")
+    writer_model: ModelConfig | None = Field(
+        default=None, description="writes memory (salience, note, merge), e.g. a trained reflector; default: `model`"
+    )
     embedder: str = "all-minilm-l6-v2"
     sampling: PahfSampling = PahfSampling()
     seed: int = 0

@@ -34,6 +34,12 @@ def eval_pahf(
     user_model: Annotated[
         str | None, typer.Option("--user-model", help="persona LLM for --user-sim llm (default: --model)")
     ] = None,
+    writer_model: Annotated[
+        str | None,
+        typer.Option(
+            "--writer-model", help="memory writer (e.g. a trained reflector): MODEL or MODEL@URL; default --model"
+        ),
+    ] = None,
     tau: Annotated[float, typer.Option(help="merge a new note into the nearest one above this cosine")] = 0.8,
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="notes retrieved per task")] = 5,
     feedback_style: Annotated[str, typer.Option("--feedback-style", help="minimal | detailed")] = "minimal",
@@ -79,6 +85,8 @@ def eval_pahf(
     }
     if user_model is not None:
         spec["user_model"] = model_from_spec(user_model, max_in_flight)
+    if writer_model is not None:
+        spec["writer_model"] = model_from_spec(writer_model, max_in_flight)
     try:
         cfg = PahfEvalConfig.model_validate(spec)
     except ValidationError as exc:
@@ -89,15 +97,22 @@ def eval_pahf(
     cfg.domain_dir()  # a missing --data fails before any model or Ray starts
     claim_output(out, cfg, may_change=_RESUMABLE_CHANGES)
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the metrics JSON
+        from memrl.envs.actors import FAILED_FILE
         from memrl.envs.pahf.protocol import compute_metrics, plot_curves
         from memrl.envs.pahf.runner import TASKS_FILE, run_pahf
 
-        records = run_pahf(cfg, out, console)
-        metrics = compute_metrics(records) | {"setup": _setup(cfg)}
+        run = run_pahf(cfg, out, console)
+        metrics = compute_metrics(run.records) | {
+            "tasks": {"planned": run.planned, "finished": len(run.records), "failed": len(run.failed),
+                     "retried": run.retried},
+            "setup": _setup(cfg),
+        }  # fmt: skip
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         plots = plot_curves(metrics, out)
     typer.echo(json.dumps(metrics))
     console.print(f"wrote {out / TASKS_FILE}, {out / 'metrics.json'}, {', '.join(p.name for p in plots)}")
+    if run.failed:
+        console.print(f"{len(run.failed)} tasks failed (see {out / FAILED_FILE}); rerun the same command to retry them")
 
 
 def _setup(cfg: Any) -> dict[str, Any]:
@@ -109,6 +124,7 @@ def _setup(cfg: Any) -> dict[str, Any]:
         "model": cfg.model.model,
         "user_sim": cfg.user_sim,
         "user_model": cfg.user_model_or_default().model if cfg.user_sim == "llm" else None,
+        "writer_model": cfg.writer_model.model if cfg.writer_model is not None else cfg.model.model,
         "users": cfg.users,
         "scenarios": cfg.scenarios,
         "passes": cfg.passes,

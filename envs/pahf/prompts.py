@@ -1,7 +1,8 @@
 """Every prompt of the PAHF agent and its LLM persona user, in our own words.
 
-Each builder returns chat messages; each `*_KEYS` tuple lists the JSON keys its reply must carry. The persona
-user answers in plain text (it plays a person, not a parser).
+Each builder returns chat messages. The decision is a letter on the first line (or `ASK: question`) and salience a
+bare yes/no, forms even a 135M model follows; summaries and notes are JSON objects whose keys the `*_KEYS` tuples
+list. The persona user answers in plain text (it plays a person, not a parser).
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from memrl.rollout.base import Message
 ASK = "ask"
 NO_NOTES = "No stored preference applies to this task."
 
-DECISION_KEYS = ("thought", "action")
 SUMMARY_KEYS = ("summary",)
-SALIENCE_KEYS = ("salient",)
 NOTE_KEYS = ("note",)
 
 _DOMAIN = {
@@ -43,17 +42,15 @@ _DECISION = """{domain}
 # Options
 {options}
 {clarification}
-# How to decide
-{ask_rule}
-Reply with one JSON object and nothing around it:
-{{"thought": "one or two sentences of reasoning", "action": {actions}, "question": {question}}}"""
+{rule}"""
 
+_PICK = "Which option do you choose? Answer with a single letter ({letters})."
 _ASK_RULE = (
     "If the request depends on personal taste and what you remember does not settle it, you may ask the user ONE "
-    'short question first: set "action" to "ask" and put the question in "question". Otherwise pick the option.'
+    "short question first: reply with the single line `ASK: <your question>`.\n" + _PICK
 )
-_NO_ASK_RULE = "You cannot ask the user anything: pick the option that best fits what you know."
-_ASKED_RULE = "You already asked your one question: now pick the option, using the answer above."
+_NO_ASK_RULE = _PICK
+_ASKED_RULE = "Use the user's answer above. " + _PICK
 
 _SUMMARY = """A user asked an assistant for something. Below are notes the assistant stored about this user in \
 earlier tasks. Pull out only what helps with THIS request: preferences, dislikes, and the situations they apply to.
@@ -76,7 +73,7 @@ _SALIENCE = """An assistant received this message from a user:
 Does the message reveal something personal about the user that is worth remembering for future tasks: a \
 preference, a dislike, a habit, or a change of mind? Plain thanks, acknowledgements or a bare "wrong" are not.
 
-Reply with one JSON object and nothing around it: {{"salient": "yes"}} or {{"salient": "no"}}"""
+Answer with one word: yes or no."""
 
 _NOTE = """An assistant is keeping short notes about a user's preferences.
 
@@ -133,15 +130,15 @@ def decision_messages(
     may_ask: bool,
     clarification: tuple[str, str] | None = None,
 ) -> list[Message]:
-    """The agent's decision: an option letter, or "ask" with a question when it may still ask."""
-    letters = " | ".join(f'"{x}"' for x in options)
+    """The agent's decision: an option letter, or `ASK: question` while it may still ask."""
+    letters = ", ".join(options)
     if clarification is not None:
         question, answer = clarification
         exchange = f"\n# Your question and the user's answer\nYou: {question}\n{user}: {answer}\n"
-        rule, actions = _ASKED_RULE, letters
+        rule = _ASKED_RULE.format(letters=letters)
     else:
         exchange = ""
-        rule, actions = (_ASK_RULE, f'{letters} | "{ASK}"') if may_ask else (_NO_ASK_RULE, letters)
+        rule = (_ASK_RULE if may_ask else _NO_ASK_RULE).format(letters=letters)
     prompt = _DECISION.format(
         domain=_DOMAIN[domain],
         summary=summary or NO_NOTES,
@@ -150,9 +147,7 @@ def decision_messages(
         scene=f"\n# What you see\n{scene}\n" if scene else "",
         options=_lines(options),
         clarification=exchange,
-        ask_rule=rule,
-        actions=actions,
-        question='"your question, or an empty string"' if clarification is None and may_ask else '""',
+        rule=rule,
     )
     return [{"role": "user", "content": prompt}]
 

@@ -45,7 +45,7 @@ class Job:
     persona: str  # the persona prompt in force (original for phases 1-2, evolved for 3-4)
     table: dict[str, Any] | None = None  # shopping: the preference table in force
     original: dict[str, Any] | None = None  # shopping, phase 3: the table before the drift (drift feedback)
-    notes: list[str] | None = field(default=None, compare=False)  # resumption: the memory the user had before
+    notes: list[str] | None = field(default=None, compare=False)  # the user's notes after their last recorded task
 
     @property
     def learning(self) -> bool:

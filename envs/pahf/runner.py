@@ -3,9 +3,9 @@
 The driver owns the output: each finished task is appended to `tasks.jsonl` (fsync'ed), keyed phase/user/index/pass.
 Each user's notes live in their own file under `memory/` (a SQLite file, or a FAISS folder saved after every
 task), held open by the actor that runs that user. Every task record also carries the user's notes after the task,
-so resumption is exact: the first task a rerun sends for a user carries the notes of that user's last recorded
-task, and the actor rebuilds the store from them when the file disagrees (a crash between the memory write and the
-record append).
+and every task sent carries the notes of the user's last recorded task, so memory is exact whatever died: the actor
+rebuilds the store when the file disagrees (a crash between the memory write and the record append, a worker killed
+mid-task and restarted by Ray, a task whose endpoint failed half-way).
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from typing import Any
 from rich.console import Console
 
 from memrl.context import progress
-from memrl.envs.actors import endpoint_server, next_finished, start_ray
+from memrl.envs.actors import EnvRun, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
 from memrl.envs.pahf.agent import ABILITIES, MemoryWriter, PahfAgent
 from memrl.envs.pahf.config import PahfEvalConfig
 from memrl.envs.pahf.memory import MemoryStore, build_memory
 from memrl.envs.pahf.protocol import Job, build_task, plan_jobs
 from memrl.envs.pahf.users import PersonaLLM
+from memrl.errors import BackendError, first_line
 from memrl.jsonl import ResumableJsonl
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
@@ -41,10 +42,11 @@ MEMORY_DIR = "memory"
 class Roles:
     agent: ModelConfig
     user: ModelConfig | None  # the persona LLM, when --user-sim llm
+    writer: ModelConfig | None = None  # the memory writer (e.g. a trained reflector); None: the agent's model
 
 
 def needed_roles(cfg: PahfEvalConfig) -> Roles:
-    return Roles(cfg.model, cfg.user_model_or_default() if cfg.user_sim == "llm" else None)
+    return Roles(cfg.model, cfg.user_model_or_default() if cfg.user_sim == "llm" else None, cfg.writer_model)
 
 
 def serve_locally(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_worker: int) -> Roles:
@@ -52,7 +54,7 @@ def serve_locally(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_
     endpoint = endpoint_server(stack, log_dir, per_worker)
     agent = endpoint(roles.agent)
     assert agent is not None
-    return Roles(agent, endpoint(roles.user))
+    return Roles(agent, endpoint(roles.user), endpoint(roles.writer))
 
 
 def memory_path(memory_dir: Path, kind: str, user: str) -> Path:
@@ -81,7 +83,8 @@ class UserRunner:
         self._backends: dict[str, ChatBackend] = {}
         sampling = cfg.sampling.agent(cfg.seed)
         backend = self._build(spec.roles.agent)
-        self.agent = PahfAgent(cfg.agent, backend, MemoryWriter(backend, sampling, cfg.tau), sampling, cfg.top_k)
+        writer = backend if spec.roles.writer is None else self._build(spec.roles.writer)
+        self.agent = PahfAgent(cfg.agent, backend, MemoryWriter(writer, sampling, cfg.tau), sampling, cfg.top_k)
         user = spec.roles.user
         self.persona = None if user is None else PersonaLLM(self._build(user), cfg.sampling.user_params(cfg.seed))
         self._embedder: Any = None
@@ -104,7 +107,10 @@ class UserRunner:
         return build_memory(self.cfg.memory, path, self._embedder)
 
     def store(self, user: str, expected: list[str] | None) -> MemoryStore | None:
-        """The user's store; `expected` (first task of a run): the notes it must hold, rebuilt when it does not."""
+        """The user's store; `expected`: the notes it must hold (those after the user's previous recorded task).
+
+        A store that disagrees (a worker killed mid-task, a crash between the memory write and the record) is rebuilt.
+        """
         if not ABILITIES[self.cfg.agent].memory:
             return None
         if user not in self._stores:
@@ -121,7 +127,12 @@ class UserRunner:
     async def run(self, job: Job) -> dict[str, Any]:
         task, user = build_task(job, self.cfg.feedback_style, self.persona, self.cfg.seed)
         store = self.store(job.user, job.notes)
-        outcome = await self.agent.run(task, user, store, job.learning)
+        try:
+            outcome = await self.agent.run(task, user, store, job.learning)
+        except BackendError as exc:  # the endpoint failed after the client's own retries: a failed task
+            if store is not None:  # drop what the task half-wrote; the retry starts from the recorded notes
+                self.store(job.user, job.notes)
+            return {"key": job.key, "phase": job.phase, "user": job.user, "status": "failed", "error": first_line(exc)}
         if store is not None:
             store.save()  # FAISS keeps its index in memory: write it after every task
         return {
@@ -133,36 +144,35 @@ class UserRunner:
             "instruction": task.instruction,
             "options": task.options,
             "gold": task.gold,
+            **({"product": job.scenario["product"]} if task.domain == "shopping" else {}),
             **outcome.to_record(),
             "notes": [] if store is None else [n.text for n in store.list(job.user)],
         }
 
 
-def _ray_worker_class() -> Any:
-    import ray
-
-    return ray.remote(UserRunner)
-
-
 # --- driver -------------------------------------------------------------------------------------------------------
 
 
-def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
-    """Run (or resume) the protocol into `out`; return the records of the planned tasks, in plan order."""
+def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> EnvRun:
+    """Run (or resume) the protocol into `out`.
 
+    Every task carries the notes its user held after their previous recorded task, so a restarted worker (or a
+    rerun) rebuilds a store that a killed task left half-written. A task whose endpoint fails after the client's
+    retries goes to `failed.jsonl` and its user stops for this run (later tasks need its memory); a run in which
+    tasks failed and none finished raises the first failure as one line.
+    """
     plan = plan_jobs(cfg)
     out.mkdir(parents=True, exist_ok=True)
     sink = ResumableJsonl(out / TASKS_FILE, key="key")
     done = {r["key"]: r for r in sink.records()}
-    todo: dict[str, list[Job]] = {}
-    for user, jobs in plan.items():
-        left = [j for j in jobs if j.key not in done]
-        if left:
-            before = [done[j.key]["notes"] for j in jobs if j.key in done]
-            todo[user] = [replace(left[0], notes=before[-1] if before else []), *left[1:]]
+    todo = {user: [j for j in jobs if j.key not in done] for user, jobs in plan.items()}
+    todo = {user: jobs for user, jobs in todo.items() if jobs}
+    notes = {user: ([done[j.key]["notes"] for j in jobs if j.key in done] or [[]])[-1] for user, jobs in plan.items()}
     total = sum(len(jobs) for jobs in plan.values())
     n_workers = min(cfg.workers or min(len(plan), os.cpu_count() or 1, 8), max(len(todo), 1))
     per_worker = max(1, math.ceil(cfg.max_in_flight / n_workers))
+    retried, finished = 0, 0
+    failures = FailedWork(out, console)
 
     with contextlib.ExitStack() as stack, progress(console) as bar:
         bar_task = bar.add_task("tasks", total=total, completed=total - sum(len(j) for j in todo.values()))
@@ -172,23 +182,32 @@ def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> list[dict[str,
                 roles = serve_locally(roles, stack, out / "logs", per_worker)
             # else the one local actor loads an in-process model itself: a server would only add its start-up
             start_ray(cfg.ray_address, stack)
-            worker_cls = _ray_worker_class().options(num_cpus=0, scheduling_strategy="SPREAD")
             spec = WorkerSpec(cfg, roles, (out / MEMORY_DIR).resolve())
-            workers = [worker_cls.remote(spec) for _ in range(n_workers)]
+            workers = spawn_workers(UserRunner, n_workers, spec)
             slots = {user: slot % n_workers for slot, user in enumerate(todo)}  # a user stays on one actor
-            in_flight: dict[Any, Job] = {}
+            in_flight: InFlight[Job] = InFlight(
+                lambda j: f"task {j.key}", warn=lambda line: console.print(line, style="yellow", markup=False)
+            )
 
             def submit(user: str) -> None:
                 if todo[user]:
-                    job = todo[user].pop(0)
-                    in_flight[workers[slots[user]].run.remote(job)] = job
+                    job = replace(todo[user].pop(0), notes=notes[user])
+                    in_flight.submit(job, workers[slots[user]], job)
 
             for user in todo:
                 submit(user)
             while in_flight:
-                job, record = next_finished(in_flight, lambda j: f"task {j.key}")
+                job, record = in_flight.next()
+                if record.get("status") == "failed":
+                    failures.add(f"task {job.key}", record)
+                    continue  # the user's later tasks need this one's memory: they wait for a rerun
                 sink.append(record)
                 done[record["key"]] = record
+                notes[job.user] = record["notes"]
+                finished += 1
                 bar.advance(bar_task)
                 submit(job.user)
-    return [done[j.key] for jobs in plan.values() for j in jobs if j.key in done]
+            retried = in_flight.retried
+    failures.check(finished)
+    records = [done[j.key] for jobs in plan.values() for j in jobs if j.key in done]
+    return EnvRun(records, FailedWork.outstanding(out, done), total, retried)

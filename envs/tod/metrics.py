@@ -156,7 +156,7 @@ def parse_quality(raw: str) -> int | None:
     if isinstance(parsed, JSONParseFailure):
         return None
     try:
-        score = round(float(parsed.data["score"]))
+        value = float(parsed.data["score"])
     except (TypeError, ValueError):
         return None
-    return score if 1 <= score <= 10 else None
+    return round(value) if math.isfinite(value) and 1 <= round(value) <= 10 else None

@@ -3,7 +3,8 @@
 Sessions are independent (memory is read-only: the units of the individual's earlier sessions travel with the
 request), so stateless workers built once with their backends, retriever and judger can run any of them. The
 driver owns the output: each finished session is appended to `sessions.jsonl` (fsync'ed), and a rerun runs only
-the sessions not there yet.
+the sessions not there yet. Ray restarts a worker whose process died and its session runs once more; a session a
+model endpoint could not serve after the client's retries goes to `failed.jsonl` and runs again on a rerun.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from memrl.context import progress
-from memrl.envs.actors import endpoint_server, next_finished, start_ray
+from memrl.envs.actors import FAILED_FILE, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
 from memrl.envs.tod.config import TodEvalConfig
 from memrl.envs.tod.formats import Individual, Session, Turn, load_tod_dir
 from memrl.envs.tod.memory import MemoryUnit, load_memory_banks
@@ -31,7 +32,7 @@ from memrl.envs.tod.reader import ReaderRequest, Reply, build_reader, phrases
 from memrl.envs.tod.reasoning import filled_slots
 from memrl.envs.tod.retrieval import build_retriever
 from memrl.envs.tod.schema import Schemas, load_schemas
-from memrl.errors import MemrlError, first_line
+from memrl.errors import BackendError, MemrlError, first_line
 from memrl.jsonl import ResumableJsonl
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.builder import build_backend
@@ -173,6 +174,13 @@ class SessionRunner:
         return self._backends[key]
 
     async def run(self, job: Job) -> dict[str, Any]:
+        try:
+            return await self._run(job)
+        except BackendError as exc:  # the endpoint failed after the client's own retries: a failed session
+            failed = {"key": job.key, "persona_id": job.persona_id, "session_id": job.session.get("session_id")}
+            return failed | {"status": "failed", "error": first_line(exc)}
+
+    async def _run(self, job: Job) -> dict[str, Any]:
         session = Session.model_validate(job.session)
         assert session.confirmation_state is not None
         goal = dict(session.confirmation_state.slot_values)
@@ -220,12 +228,6 @@ class SessionRunner:
         return record
 
 
-def _ray_worker_class() -> Any:
-    import ray
-
-    return ray.remote(SessionRunner)
-
-
 # --- driver -------------------------------------------------------------------------------------------------------
 
 
@@ -248,24 +250,38 @@ def run_tod(cfg: TodEvalConfig, out: Path, console: Console) -> list[dict[str, A
         if todo:
             roles = serve_locally(needed_roles(cfg), stack, out / "logs", per_worker)
             start_ray(cfg.ray_address, stack)
-            worker_cls = _ray_worker_class().options(num_cpus=0, scheduling_strategy="SPREAD")
             spec = WorkerSpec(cfg, roles, schemas)
-            workers = [worker_cls.remote(spec) for _ in range(n_workers)]
+            workers = spawn_workers(SessionRunner, n_workers, spec)
+            failures = FailedWork(out, console)
             pending = iter(todo)
-            in_flight: dict[Any, str] = {}
+            in_flight: InFlight[str] = InFlight(
+                lambda key: f"session {key}", warn=lambda line: console.print(line, style="yellow", markup=False)
+            )
 
             def submit(slot: int) -> None:
                 job = next(pending, None)
                 if job is not None:
-                    in_flight[workers[slot % n_workers].run.remote(job)] = job.key
+                    in_flight.submit(job.key, workers[slot % n_workers], job)
 
             for slot in range(min(cfg.max_in_flight, len(todo))):
                 submit(slot)
-            done = 0
+            done = finished = 0
             while in_flight:
-                _, record = next_finished(in_flight, lambda key: f"session {key}")
-                sink.append(record)
+                _, record = in_flight.next()
+                if record.get("status") == "failed":
+                    failures.add(f"session {record['key']}", record)
+                elif record["key"] not in sink.done:  # a result never lands twice
+                    sink.append(record)
+                    finished += 1
                 bar.advance(task)
                 done += 1
                 submit(done)
+            failures.check(finished)
+            if failures.now:
+                console.print(
+                    f"{len(failures.now)} session(s) failed ({out / FAILED_FILE}); metrics cover finished sessions "
+                    "only: rerun the same command to run them",
+                    style="yellow",
+                    markup=False,
+                )
     return [r for r in sink.records() if r["key"] in wanted]

@@ -45,8 +45,11 @@ def run_judger(stage: JudgerStage, ctx: RunContext, name: str) -> None:
     from memrl.train.judger.data import require_pairs
     from memrl.train.judger.trainer import train_judger
     from memrl.train.stages import train_context
+    from memrl.train.trl_common import resume_point
 
     require_pairs(data, "train")
+    if (point := resume_point(out)) is not None:
+        ctx.console.print(f"{name}: resuming from {point} (same seed, same data order)")
     ctx.console.print(f"{name}: judger {train_judger(stage, base, data, train_context(ctx, name))}")
 
 

@@ -1,0 +1,160 @@
+"""Run every benchmark in turn (each in its own process, on the CPU) and write one markdown table of their ratios.
+
+Each benchmark writes its JSON under the output folder; this driver then reads those files and writes
+`bench.md` there (one row per measurement: what it compares and the ratio measured in this run) and prints it.
+`make bench` runs this.
+
+    python benchmarks/run_all.py [--out benchmarks/results] [--quick] [--only collab_overhead judge_throughput ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+
+# benchmark -> extra arguments (full, quick)
+BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
+    "collab_overhead": ([], ["--users", "8", "--sessions", "2"]),
+    "judge_throughput": ([], ["--samples", "32"]),
+    "judger_scoring": ([], ["--pairs", "32"]),
+    "pahf_memory": ([], ["--quick"]),
+}
+
+Row = tuple[str, str, str, str]  # measurement, what it compares, ratio, detail
+
+
+def _collab_rows(r: dict[str, Any]) -> list[Row]:
+    fixed = r["fixed_latency_endpoint"]
+    conc = min(fixed["users"], fixed["in_flight"])
+    latency_ms = round(fixed["latency_s"] * 1e3)
+    rows: list[Row] = []
+    for w in fixed["by_workers"]:
+        n = w["workers"]
+        rows.append(
+            (
+                f"collab env, {n} Ray actor{'s' if n > 1 else ''}",
+                f"efficiency: ideal time (calls x {latency_ms} ms / {conc} in flight) / measured time",
+                f"{w['efficiency']:.2f}",
+                f"{w['sessions_per_second']:.2f} sessions/s of {w['ideal_sessions_per_second']:.2f} ideal; "
+                f"{w['overhead_per_session_ms']:.0f} ms overhead per session; "
+                f"last actor started {w['actor_startup_skew_seconds']:.1f} s after the first",
+            )
+        )
+    rows.append(
+        (
+            "bare OpenAI client, no env",
+            f"efficiency of the client alone, same server, {conc} in flight (this machine's ceiling)",
+            f"{fixed['client_only_efficiency']:.2f}",
+            f"scripted zero-latency env: {r['scripted_zero_latency']['turns_per_second']:.0f} simulated turns/s",
+        )
+    )
+    return rows
+
+
+def _judge_rows(r: dict[str, Any]) -> list[Row]:
+    n, conc, seq = r["samples"], r["concurrency"], r["sequential"]["samples_per_second"]
+    return [
+        (
+            "LLM-judge reward, concurrent",
+            f"samples/s, one `ascore` of {n} ({conc} in flight) / {n} one-sample calls; cache off in both",
+            f"{r['concurrent_over_sequential']:.2f}x",
+            f"{r['concurrent']['samples_per_second']:.0f} vs {seq:.1f} samples/s; ideal {conc}x",
+        ),
+        (
+            "LLM-judge reward, cached",
+            f"samples/s, second pass of the same {n} from the disk cache / sequential",
+            f"{r['cached_over_sequential']:.0f}x",
+            f"{r['cached']['samples_per_second']:.0f} samples/s, {r['cache_hits_per_cached_pass']} cache hits",
+        ),
+    ]
+
+
+def _judger_rows(r: dict[str, Any]) -> list[Row]:
+    return [
+        (
+            "memory judger (MiniLM cross-encoder), batched",
+            f"pairs/s, `JudgerScorer.score` batch {r['batch_size']} / one pair per call ({r['pairs']} pairs)",
+            f"{r['batched_over_one_at_a_time']:.2f}x",
+            f"{r['batched']['pairs_per_second']:.0f} vs {r['one_at_a_time']['pairs_per_second']:.0f} pairs/s; "
+            f"{r['torch_threads']} torch threads",
+        )
+    ]
+
+
+def _pahf_rows(r: dict[str, Any]) -> list[Row]:
+    return [
+        (
+            f"PAHF memory, {int(row['notes']):,} notes",
+            f"top-{r['k']} query latency, SQLite note store / FAISS flat index",
+            f"{row['ratio']:.0f}x",
+            f"{row['sqlite_ms']:.2f} vs {row['faiss_ms']:.3f} ms/query (median of {r['queries']})",
+        )
+        for row in r["rows"]
+    ]
+
+
+ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
+    "collab_overhead": _collab_rows,
+    "judge_throughput": _judge_rows,
+    "judger_scoring": _judger_rows,
+    "pahf_memory": _pahf_rows,
+}
+
+
+def markdown(results: dict[str, dict[str, Any]], seconds: dict[str, float], load: dict[str, float], header: str) -> str:
+    lines = [header, "", "| measurement | compares | ratio | detail |", "| --- | --- | ---: | --- |"]
+    for name, result in results.items():
+        lines += [f"| {' | '.join(row)} |" for row in ROWS[name](result)]
+    timing = ", ".join(f"{name} {s:.0f} s (load {load[name]:.1f})" for name, s in seconds.items())
+    lines += [
+        "",
+        f"Wall time per benchmark, with the 1-minute load average when it ended: {timing}; "
+        f"total {sum(seconds.values()):.0f} s.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes for every benchmark (a smoke run)")
+    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), default=list(BENCHMARKS))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    results: dict[str, dict[str, Any]] = {}
+    seconds: dict[str, float] = {}
+    load: dict[str, float] = {}  # other jobs on the machine skew every ratio: the table says how busy it was
+    for name in args.only:
+        full, quick = BENCHMARKS[name]
+        command = [sys.executable, str(HERE / f"{name}.py"), "--out", str(args.out), *(quick if args.quick else full)]
+        print(f"== {name}: {' '.join(command[1:])}", flush=True)
+        start = time.perf_counter()
+        subprocess.run(command, check=True, env=env)
+        seconds[name] = time.perf_counter() - start
+        load[name] = os.getloadavg()[0]
+        results[name] = json.loads((args.out / f"{name}.json").read_text())
+    header = (
+        f"Measured {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} on {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
+        f"{' (--quick sizes)' if args.quick else ''}; each ratio comes from one run."
+    )
+    table = markdown(results, seconds, load, header)
+    (args.out / "bench.md").write_text(table)
+    print()
+    print(table, end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,366 @@
+"""`memrl launch`: a recipe's stages as Ray jobs on a running cluster, one job per stage, each after the last.
+
+Every job runs `memrl run <job recipe> --stage NAME` inside the cluster. The job recipe is the resolved recipe
+(environment references kept, never their values) with what a cluster needs filled in: an absolute output folder,
+collab actors spread over the cluster (`ray_address: auto`), verl joining the cluster instead of starting its own
+Ray. It is written under `.memrl-launch/` in the current directory, which Ray uploads as the job's working dir.
+Environment variables travel only inside the submission (`runtime_env.env_vars`): never into a file, and masked
+as `***` when printed.
+
+`--ray-address` is the job server (`http://HOST:8265`, the dashboard) or the GCS (`HOST:PORT`, as `ray start
+--address` takes it); for the GCS form the dashboard address is read from the cluster itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import logging
+import os
+import shlex
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+
+from memrl.config import Recipe, ReflectionDataStage
+from memrl.errors import ConfigError, MemrlError, first_line
+from memrl.recipe import LoadedRecipe, describe_error, interpolate
+from memrl.train.config import GRPOStage, SFTStage
+
+LAUNCH_DIR = ".memrl-launch"
+ENV_PREFIXES = ("WANDB_", "HF_", "MEMRL_")
+ENV_NAMES = ("OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM")
+SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+MASK = "***"
+# Folders and files Ray must not upload: environments, caches, run outputs, weights. memrl's own source folders are
+# left out too: the job imports the memrl installed on the node, and a copy of the source tree on the job's
+# PYTHONPATH would shadow that install (the layer folders are not importable bare).
+EXCLUDES = [
+    ".venv",
+    "venv",
+    ".cache",
+    "runs",
+    ".git",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    "wandb",
+    "checkpoints",
+    "*.safetensors",
+    "*.gguf",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+]
+SOURCE_FOLDERS = ("memrl", "train", "rollout", "rewards", "envs", "data_gen", "recipes")
+# Drivers inside the job (the collab runner, verl's main_ppo) pass their own runtime_env to ray.init; Ray refuses
+# to merge it with the job's when both set the same variable unless this is set.
+RAY_MERGE_ENV = {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
+REWARD_PKG = "pkg://memrl.rewards.verl_reward"
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+class StageFailed(MemrlError):
+    """A stage's Ray job ended without success (the launch stops; exit status 1, not 2)."""
+
+
+# ---- the cluster address -------------------------------------------------------------------------------------------
+
+
+def dashboard_url(address: str, timeout: float = 5.0) -> str:
+    """The job server's URL for `--ray-address`: given as http(s)://, or read from the GCS at HOST:PORT."""
+    from memrl.envs.actors import probe_ray
+
+    address = address.strip().rstrip("/")
+    if address.startswith(("http://", "https://")):
+        _probe_http(address, timeout)
+        return address
+    if "://" in address or address == "auto" or ":" not in address:
+        raise ConfigError(
+            f"--ray-address {address!r}: give the job server (http://HOST:8265) or the GCS address (HOST:PORT)"
+        )
+    probe_ray(address)
+    url = "http://" + _dashboard_from_gcs(address)
+    _probe_http(url, timeout)
+    return url
+
+
+def _dashboard_from_gcs(gcs: str) -> str:
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    try:
+        client = GcsClient(address=gcs)
+        raw = client.internal_kv_get(b"dashboard", namespace=b"dashboard", timeout=10)
+    except Exception as exc:
+        raise MemrlError(f"cannot connect to the Ray cluster at {gcs}: {first_line(exc)}") from None
+    if not raw:
+        raise MemrlError(
+            f"the Ray cluster at {gcs} runs no dashboard (job server): start its head with "
+            "`--include-dashboard true`, or pass --ray-address http://HOST:8265"
+        )
+    host, _, port = raw.decode().rpartition(":")
+    if host in ("", "0.0.0.0", "::"):
+        host = gcs.rpartition(":")[0]  # bound to every interface: reachable where the GCS is
+    return f"{host}:{port}"
+
+
+def _probe_http(url: str, timeout: float) -> None:
+    try:
+        with urllib.request.urlopen(f"{url}/api/version", timeout=timeout) as reply:
+            reply.read()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise MemrlError(f"cannot reach the Ray job server at {url}: {reason}") from None
+
+
+# ---- what travels with each job ------------------------------------------------------------------------------------
+
+
+def is_secret(name: str) -> bool:
+    upper = name.upper().replace("TOKENIZER", "")
+    return any(mark in upper for mark in SECRET_MARKS)
+
+
+def passthrough_env(environ: Mapping[str, str], referenced: Sequence[str] = ()) -> dict[str, str]:
+    """The caller's WANDB_*, HF_*, MEMRL_*, OMP_NUM_THREADS, TOKENIZERS_PARALLELISM, and every variable the recipe
+    references as ${NAME}, where set."""
+    names = {n for n in environ if n.startswith(ENV_PREFIXES) or n in ENV_NAMES}
+    names |= {n for n in referenced if n in environ}
+    return {n: environ[n] for n in sorted(names)} | RAY_MERGE_ENV
+
+
+def masked(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: (MASK if is_secret(k) else v) for k, v in env.items()}
+
+
+def excludes(working_dir: Path, run_dir: Path) -> list[str]:
+    out = list(EXCLUDES)
+    if (working_dir / "memrl" / "__init__.py").is_file() and (working_dir / "pyproject.toml").is_file():
+        out += [f"/{name}" for name in SOURCE_FOLDERS]
+    if run_dir.is_relative_to(working_dir) and run_dir != working_dir:
+        inside = run_dir.relative_to(working_dir)
+        if inside.parts[0] not in out:  # outputs already excluded by name (runs/...) need no line of their own
+            out.append("/" + inside.as_posix())
+    return out
+
+
+def referenced_env(loaded: LoadedRecipe) -> list[str]:
+    from memrl.recipe import _ENV_REF
+
+    return sorted({m.group(1) for template in loaded.env_templates.values() for m in _ENV_REF.finditer(template)})
+
+
+# ---- the job recipe ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class JobPlan:
+    """What `memrl launch` submits: one recipe file, one runtime_env, one entrypoint per stage."""
+
+    recipe: Recipe
+    text: str  # the job recipe as YAML (environment references, no values)
+    path: Path  # where it goes, relative to the working dir
+    runtime_env: dict[str, Any]
+    stages: list[str]
+    gpus: dict[str, int]  # stage -> GPUs the job's own process needs (torchrun on the job's node)
+    notes: list[str]
+
+    def entrypoint(self, stage: str) -> str:
+        return f"memrl run {shlex.quote(self.path.as_posix())} --stage {shlex.quote(stage)}"
+
+    def shown_env(self) -> dict[str, Any]:
+        return self.runtime_env | {"env_vars": masked(self.runtime_env.get("env_vars", {}))}
+
+
+def job_recipe(loaded: LoadedRecipe, dashboard: str) -> tuple[dict[str, Any], dict[str, int], list[str]]:
+    """The resolved recipe, adapted to run stage by stage inside Ray jobs; GPUs per job; notes for the user."""
+    recipe = loaded.recipe
+    data = loaded.resolved()
+    data["output_dir"] = str(recipe.run_dir.resolve())  # the jobs' cwd is Ray's copy of the working dir
+    gpus: dict[str, int] = {}
+    notes: list[str] = []
+    for name, stage in recipe.stages.items():
+        raw = data["stages"][name]
+        if isinstance(stage, ReflectionDataStage) and not stage.train_sessions:
+            raw["collab"]["ray_address"] = "auto"  # inside a Ray job: the cluster the job runs on
+            notes += _local_model_notes(name, raw["collab"])
+        elif stage.kind == "eval_reflector" and raw.get("online"):
+            raw["online"]["collab"]["ray_address"] = "auto"
+            notes += _local_model_notes(name, raw["online"]["collab"])
+        elif isinstance(stage, GRPOStage | SFTStage) and stage.trainer == "verl":
+            cluster = raw["cluster"]
+            if isinstance(stage, SFTStage) and stage.cluster.nnodes > 1:
+                # verl's SFT on several nodes runs only as its own Ray job (sft_trainer_ray through `ray job
+                # submit`): hand it this cluster's job server.
+                cluster["ray_address"] = dashboard
+                continue
+            # verl runs in this job and joins the cluster through RAY_ADDRESS, which Ray sets for every job.
+            cluster["ray_address"] = None
+            if isinstance(stage, GRPOStage):
+                raw["overrides"] = [
+                    *raw["overrides"],
+                    # reward workers may sit on any node: name the reward function by module, not by a path here
+                    f"reward.custom_reward_function.path={REWARD_PKG}",
+                    "+ray_kwargs.ray_init.address=auto",
+                ]
+            else:
+                gpus[name] = stage.cluster.gpus_per_node  # torchrun on the job's own node
+    return data, gpus, notes
+
+
+def _local_model_notes(stage: str, collab: dict[str, Any]) -> list[str]:
+    out = []
+    for role in ("model", "user_model", "reflector", "judge"):
+        cfg = collab.get(role)
+        if isinstance(cfg, dict) and cfg.get("backend") in ("hf", "vllm"):
+            out.append(
+                f"stage {stage}: {role} {cfg.get('model')!r} is served on the job's node at 127.0.0.1; actors on "
+                "other machines reach only models with an `endpoint:`"
+            )
+    return out
+
+
+def validate_job_recipe(data: dict[str, Any], name: str) -> LoadedRecipe:
+    resolved, templates = interpolate(data)
+    try:
+        recipe = Recipe.model_validate(resolved)
+    except ValidationError as exc:
+        raise ConfigError(f"job recipe for {name}: {describe_error(exc, Recipe)}") from None
+    return LoadedRecipe(recipe, Path(f"{LAUNCH_DIR}/{name}.yaml"), templates)
+
+
+def plan(
+    loaded: LoadedRecipe,
+    dashboard: str,
+    only: Sequence[str] | None = None,
+    working_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> JobPlan:
+    recipe = loaded.recipe
+    unknown = sorted(set(only or []) - set(recipe.stages))
+    if unknown:
+        raise ConfigError(f"no stage named {unknown[0]!r} in recipe {recipe.name!r} (have: {', '.join(recipe.stages)})")
+    working_dir = (working_dir or Path.cwd()).resolve()
+    environ = os.environ if environ is None else environ
+    data, gpus, notes = job_recipe(loaded, dashboard)
+    job = validate_job_recipe(data, recipe.name)
+    text = yaml.safe_dump(data, sort_keys=False)
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+    runtime_env = {
+        "working_dir": str(working_dir),
+        "excludes": excludes(working_dir, recipe.run_dir.resolve()),
+        "env_vars": passthrough_env(environ, referenced_env(loaded)),
+    }
+    stages = [name for name in recipe.stages if not only or name in only]
+    path = Path(LAUNCH_DIR) / f"{recipe.name}-{digest}.yaml"
+    return JobPlan(job.recipe, text, path, runtime_env, stages, gpus, notes)
+
+
+# ---- dry run -------------------------------------------------------------------------------------------------------
+
+
+def describe(job: JobPlan, address: str, echo: Any) -> None:
+    """Print, stage by stage, the job's entrypoint, its runtime_env (secrets masked) and what the stage runs."""
+    from memrl.context import RunContext
+    from memrl.stages import RUNNERS
+
+    echo(f"launch {job.recipe.name!r} on {address} (dry run: nothing is submitted or written)")
+    echo(f"job recipe: {job.path} (written at launch; outputs in {job.recipe.run_dir})")
+    for note in job.notes:
+        echo(f"note: {note}")
+    shown = json.dumps(job.shown_env(), sort_keys=True)
+    buffer = io.StringIO()
+    ctx = RunContext(job.recipe, job.recipe.run_dir, Console(file=buffer, width=100_000, soft_wrap=True), dry_run=True)
+    for name in job.stages:
+        stage = job.recipe.stages[name]
+        echo(f"\nstage {name} ({stage.kind}): Ray job")
+        echo(f"  entrypoint: {job.entrypoint(name)}")
+        if name in job.gpus:
+            echo(f"  entrypoint GPUs: {job.gpus[name]}")
+        echo(f"  runtime_env: {shown}")
+        buffer.seek(0)
+        buffer.truncate()
+        RUNNERS[type(stage)](stage, ctx, name)
+        for line in buffer.getvalue().rstrip().splitlines():
+            echo(f"  | {line}")
+
+
+# ---- submission ----------------------------------------------------------------------------------------------------
+
+
+def launch(job: JobPlan, dashboard: str, console: Console, write: Any = None) -> None:
+    """Write the job recipe, then submit each stage and wait for it, streaming its logs; a failure stops here."""
+    from ray.job_submission import JobSubmissionClient
+
+    logging.getLogger("ray").setLevel(logging.WARNING)  # not a line per file Ray leaves out of the upload
+    write = write or _write_stdout
+    target = Path(job.runtime_env["working_dir"]) / job.path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(job.text)
+    for note in job.notes:
+        console.print(f"note: {note}", highlight=False)
+    try:
+        client = JobSubmissionClient(dashboard)
+    except Exception as exc:
+        raise MemrlError(f"cannot reach the Ray job server at {dashboard}: {first_line(exc)}") from None
+    for name in job.stages:
+        console.rule(f"stage {name}")
+        try:
+            job_id = client.submit_job(
+                entrypoint=job.entrypoint(name),
+                runtime_env=job.runtime_env,
+                metadata={"memrl_recipe": job.recipe.name, "memrl_stage": name},
+                entrypoint_num_gpus=job.gpus.get(name) or None,
+            )
+        except Exception as exc:
+            raise MemrlError(f"stage {name}: the Ray job server refused the job: {first_line(exc)}") from None
+        console.print(f"stage {name}: Ray job {job_id}", highlight=False)
+        try:
+            status, message = _follow(client, job_id, write)
+        except KeyboardInterrupt:
+            client.stop_job(job_id)
+            console.print(f"stage {name}: stopped Ray job {job_id}", highlight=False)
+            raise
+        if status != "SUCCEEDED":
+            why = f": {first_line(Exception(message))}" if message else ""
+            raise StageFailed(f"stage {name} failed: Ray job {job_id} {status.lower()}{why}")
+
+
+def _write_stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _follow(client: Any, job_id: str, write: Any) -> tuple[str, str]:
+    """Stream the job's logs until it ends; return its final status and Ray's message."""
+
+    async def tail() -> None:
+        async for chunk in client.tail_job_logs(job_id):
+            write(chunk)
+
+    try:
+        asyncio.run(tail())
+    except Exception as exc:  # the log stream broke; the status below still says how the job ended
+        write(f"(log stream interrupted: {first_line(exc)})\n")
+    while True:
+        info = client.get_job_info(job_id)
+        status = str(getattr(info.status, "value", info.status))
+        if status in TERMINAL:
+            return status, info.message or ""
+        time.sleep(1)

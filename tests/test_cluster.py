@@ -1,0 +1,264 @@
+"""A real two-node Ray cluster on this machine (two raylets, one with the dashboard / job server): collab actors
+spread over both nodes, `memrl launch` runs a stage as a Ray job, the dry run masks secrets, bad addresses fail.
+
+The cluster is stopped by killing the processes that carry its own temp dirs in their command line, never with
+`ray stop`, which would stop every other Ray instance on the machine as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memrl.rollout.serve import free_port
+
+BIN = Path(sys.executable).parent
+RAY = str(BIN / "ray")
+MEMRL = [sys.executable, "-m", "memrl.cli"]
+SECRET = "sekrit-4f2a"
+QUICKSTART_STAGES = ["pull", "data", "sft", "grpo", "export", "eval"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "COLUMNS": "200",
+        # The machine's ~/.ray may hold a token that turns Ray's token auth on; this test cluster runs without it.
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # job entrypoints call `memrl` by name
+        **extra,
+    }
+
+
+def _memrl(*args: str, cwd: Path | None = None, timeout: float = 600, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MEMRL, *args], capture_output=True, text=True, timeout=timeout, env=_env(**env), cwd=cwd)
+
+
+@dataclass
+class Cluster:
+    gcs: str  # host:port, as `ray start --address` takes it
+    dashboard: str  # http://host:port, the job server
+    roots: list[Path]
+
+    def node_ids(self) -> set[str]:
+        from ray.util.state import list_nodes
+
+        return {n.node_id for n in list_nodes(address=self.dashboard) if n.state == "ALIVE"}
+
+
+def _node_args(root: Path) -> list[str]:
+    """Two raylets share this host: every port is picked free instead of Ray's fixed defaults."""
+    ports = {
+        "--node-manager-port": free_port(),
+        "--object-manager-port": free_port(),
+        "--dashboard-agent-listen-port": free_port(),
+        "--dashboard-agent-grpc-port": free_port(),
+        "--runtime-env-agent-port": free_port(),
+        "--metrics-export-port": free_port(),
+    }
+    return [
+        "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--object-store-memory", str(100 * 2**20),
+        "--temp-dir", str(root), "--disable-usage-stats",
+        *(item for flag, port in ports.items() for item in (flag, str(port))),
+    ]  # fmt: skip
+
+
+def _ray_processes(roots: list[Path]) -> list[int]:
+    marks = [str(r) for r in roots]
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(mark in cmdline for mark in marks):
+            pids.append(int(entry.name))
+    return pids
+
+
+def _stop(roots: list[Path]) -> None:
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
+        for pid in _ray_processes(roots):
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while _ray_processes(roots) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    for root in roots:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(model_cache: Path) -> Iterator[Cluster]:
+    # Short temp dirs: Ray's socket paths live under them and must stay under the OS limit of 107 characters.
+    roots = [Path(tempfile.mkdtemp(prefix="mrh", dir="/tmp")), Path(tempfile.mkdtemp(prefix="mrw", dir="/tmp"))]
+    port, dashboard_port = free_port(), free_port()
+    gcs = f"127.0.0.1:{port}"
+    try:
+        started = time.monotonic()
+        head = subprocess.run(
+            [
+                RAY, "start", "--head", "--port", str(port), "--include-dashboard", "true",
+                "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port),
+                "--ray-client-server-port", str(free_port()), *_node_args(roots[0]),
+            ],
+            capture_output=True, text=True, env=_env(), timeout=180,
+        )  # fmt: skip
+        assert head.returncode == 0, head.stderr[-2000:]
+        worker = subprocess.run(
+            [RAY, "start", "--address", gcs, *_node_args(roots[1])],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=180,
+        )
+        assert worker.returncode == 0, worker.stderr[-2000:]
+        found = Cluster(gcs, f"http://127.0.0.1:{dashboard_port}", roots)
+        deadline = time.monotonic() + 60
+        while len(found.node_ids()) < 2:
+            assert time.monotonic() < deadline, "the second node never joined"
+            time.sleep(1)
+        print(f"two-node cluster up in {time.monotonic() - started:.1f}s")
+        yield found
+    finally:
+        _stop(roots)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _assert_spread(nodes: set[str], cluster: Cluster) -> None:
+    """Every session names a live node of this cluster, and together they cover both nodes."""
+    alive = cluster.node_ids()
+    assert nodes <= alive
+    assert nodes == alive  # envs.actors.spawn_workers deals workers round-robin over the live nodes
+
+
+def test_collab_eval_spreads_over_both_nodes(cluster: Cluster, tiny_qwen2: str, tmp_path: Path) -> None:
+    out = tmp_path / "collab"
+    result = _memrl(
+        "eval", "collab", "--model", tiny_qwen2, "--users", "2", "--sessions", "1", "--max-turns", "2",
+        "--max-tokens", "8", "--workers", "2", "--ray-address", cluster.gcs, "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = _records(out / "sessions.jsonl")
+    assert len(records) == 2
+    assert len({r["key"] for r in records}) == 2
+    assert {r["session"] for r in records} == {0}
+    assert len({r["user_id"] for r in records}) == 2
+    assert all(r["turns"] for r in records)
+    # Each worker records the node it ran on: two workers spread over two nodes run one session each.
+    _assert_spread({r["node"] for r in records}, cluster)
+
+
+def test_launch_runs_a_stage_as_a_ray_job(cluster: Cluster, tiny_qwen2: str, tmp_path: Path) -> None:
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "notes.txt").write_text("uploaded as the job's working dir\n")
+    result = _memrl(
+        "launch", "quickstart", "--smoke", "--ray-address", cluster.gcs, "--stage", "data", f"output_dir={run_dir}",
+        "stages.data.train_users=2", "stages.data.eval_users=1", "stages.data.collab.sessions=1",
+        "stages.data.collab.workers=2", "stages.data.collab.sampling.agent.max_tokens=8",
+        cwd=work, WANDB_API_KEY=SECRET,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    # The job's own log comes back on the console.
+    assert "data: 2 train / 1 eval reflection samples" in result.stdout
+    job_id = next(w for w in result.stderr.split() if w.startswith("raysubmit_"))
+    info = JobSubmissionClient(cluster.dashboard).get_job_info(job_id)
+    assert info.status == JobStatus.SUCCEEDED
+    assert info.entrypoint.startswith("memrl run .memrl-launch/quickstart-")
+    assert info.entrypoint.endswith("--stage data")
+    assert info.runtime_env["env_vars"]["WANDB_API_KEY"] == SECRET  # the secret travelled in the submission only
+
+    stats = json.loads((run_dir / "data" / "stats.json").read_text())
+    assert stats["train"]["records"] == 2
+    assert (run_dir / "data" / "sft").is_dir()
+    assert (run_dir / "recipe.resolved.yaml").is_file()
+    train = _records(run_dir / "data" / "collab-train" / "sessions.jsonl")
+    assert len(train) == 2
+    nodes = {r["node"] for r in train}
+
+    written = [p for root in (run_dir, work) for p in root.rglob("*") if p.is_file()]
+    assert any(p.parent.name == ".memrl-launch" for p in written)
+    for path in written:
+        assert SECRET.encode() not in path.read_bytes(), path
+    _assert_spread(nodes, cluster)  # the job's collab actors used both nodes
+
+
+def test_dry_run_prints_every_stage_and_masks_secrets(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    result = _memrl(
+        "launch", "quickstart", "--ray-address", "http://127.0.0.1:9", "--dry-run", f"output_dir={run_dir}",
+        cwd=work, WANDB_API_KEY=SECRET, HF_TOKEN=SECRET, MEMRL_PLAIN="shown",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    for name in QUICKSTART_STAGES:
+        assert f"stage {name} (" in out
+        assert f" --stage {name}\n" in out
+    assert out.count("entrypoint: memrl run .memrl-launch/quickstart-") == len(QUICKSTART_STAGES)
+    runtime_envs = [
+        json.loads(line.split("runtime_env: ", 1)[1]) for line in out.splitlines() if "runtime_env: " in line
+    ]
+    assert len(runtime_envs) == len(QUICKSTART_STAGES)
+    env_vars = runtime_envs[0]["env_vars"]
+    assert env_vars["WANDB_API_KEY"] == env_vars["HF_TOKEN"] == "***"
+    assert env_vars["MEMRL_PLAIN"] == "shown"
+    assert runtime_envs[0]["working_dir"] == str(work.resolve())
+    assert {".venv", ".git", ".cache", "runs"} <= set(runtime_envs[0]["excludes"])
+    assert SECRET not in out + result.stderr
+    assert not run_dir.exists()
+    assert not (work / ".memrl-launch").exists()
+
+    # verl: the stage runs inside its job and joins the cluster; the recipe's nodes and GPUs reach verl.
+    verl = _memrl(
+        "launch", "reflector-qwen2.5-7b", "--ray-address", "http://head:8265", "--dry-run", "--stage", "grpo",
+        cwd=work,
+    )  # fmt: skip
+    assert verl.returncode == 0, verl.stderr[-3000:]
+    assert "-m verl.trainer.main_ppo" in verl.stdout
+    assert "+ray_kwargs.ray_init.address=auto" in verl.stdout
+    assert "trainer.nnodes=1" in verl.stdout
+    assert "trainer.n_gpus_per_node=8" in verl.stdout
+    assert "ray job submit" not in verl.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["quickstart", "--ray-address", "127.0.0.1:{port}"], "cannot connect to the Ray cluster at 127.0.0.1:"),
+        (["quickstart", "--ray-address", "http://127.0.0.1:{port}"], "cannot reach the Ray job server at http://"),
+        (["quikstart", "--ray-address", "127.0.0.1:{port}"], "did you mean 'quickstart'"),
+        (["quickstart", "--ray-address", "127.0.0.1:{port}", "seed=x"], "seed"),
+    ],
+)
+def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    port = str(free_port())
+    result = _memrl("launch", *(a.replace("{port}", port) for a in args), cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("memrl: error: ")
+    assert message in lines[0]

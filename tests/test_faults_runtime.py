@@ -1,0 +1,342 @@
+"""Runtime faults injected for real: a Ray worker SIGKILLed mid-session, an endpoint that drops or stalls requests,
+and `memrl eval collab` / `memrl data tod` SIGKILLed mid-run and resumed. No mocked model: tiny-qwen2 behind a real
+`transformers serve`, or a small real HTTP server in this file that answers like an OpenAI-compatible endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+MEMRL = [sys.executable, "-m", "memrl.cli"]
+SGD = Path(__file__).parent / "fixtures" / "sgd"
+
+# Carries the keys of every collab role (agent reply, retrieval, reflection), so each call parses.
+CANNED = json.dumps(
+    {
+        "user_preferences_reasoning": "The user wants short, direct answers.",
+        "reasoning": "Answer directly.",
+        "response": "- Step 1: work it out.\n- Step 2: check it.\nI am 80% confident.",
+        "relevant_notes": "Keep it short.",
+        "agent_notes": "The user prefers short answers with bullet points.",
+    }
+)
+
+
+# --- a real OpenAI-compatible endpoint with faults on demand ------------------------------------------------------
+
+
+class FaultyEndpoint:
+    """Answers every chat request with CANNED after `latency` seconds, except requests whose messages contain a
+    string of `drop` (the connection is closed without an answer) or of `stall` (no answer for `stall_for` s).
+    `hits` counts the chat requests per fault string; `healed = True` turns the faults off."""
+
+    def __init__(self, latency: float = 0.0, stall_for: float = 30.0) -> None:
+        self.latency = latency
+        self.stall_for = stall_for
+        self.drop: list[str] = []
+        self.stall: list[str] = []
+        self.healed = False
+        self.hits: Counter[str] = Counter()
+        self.served = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self.port = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=256))
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    def __enter__(self) -> FaultyEndpoint:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    def _fault(self, body: bytes) -> tuple[str | None, str | None]:
+        if self.healed:
+            return None, None
+        text = " ".join(str(m.get("content", "")) for m in json.loads(body).get("messages", []))
+        for kind, markers in (("drop", self.drop), ("stall", self.stall)):
+            for marker in markers:
+                if marker in text:
+                    return kind, marker
+        return None, None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                request_line, *headers = head.decode("latin-1").split("\r\n")
+                length = next((int(h.split(":", 1)[1]) for h in headers if h.lower().startswith("content-length:")), 0)
+                body = await reader.readexactly(length) if length else b""
+                if request_line.split(" ")[1].endswith("/chat/completions"):
+                    kind, marker = self._fault(body)
+                    if marker is not None:
+                        self.hits[marker] += 1
+                    if kind == "drop":
+                        return  # close the connection without a word
+                    await asyncio.sleep(self.stall_for if kind == "stall" else self.latency)
+                    self.served += 1
+                    payload = {
+                        "id": "chatcmpl-faulty",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": "faulty",
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": CANNED}, "finish_reason": "stop"}
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+                    }
+                else:
+                    payload = {"status": "ok", "data": [{"id": "faulty", "object": "model"}]}
+                data = json.dumps(payload).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+                writer.write(f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+def endpoint() -> Iterator[FaultyEndpoint]:
+    with FaultyEndpoint(latency=0.05) as server:
+        yield server
+
+
+# --- processes ----------------------------------------------------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "RAY_DEDUP_LOGS": "0"}
+
+
+def memrl(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*MEMRL, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=_env(), start_new_session=True
+    )
+
+
+@contextlib.contextmanager
+def started(*args: str | Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`memrl ARGS` in its own process group (stdout and stderr to `log`); whatever is left of it is killed after."""
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [*MEMRL, *map(str, args)], stdout=sink, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+        )
+    try:
+        yield proc
+    finally:
+        kill_tree(proc)
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process, its group and every descendant (Ray workers run in groups of their own)."""
+    try:
+        family = [proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        family = [proc.pid]
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in family:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def wait_for(what: str, check: Callable[[], Any], proc: subprocess.Popen[bytes], log: Path, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        if proc.poll() is not None:
+            raise AssertionError(f"memrl exited ({proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+    raise AssertionError(f"no {what} after {timeout:g}s:\n{log.read_text()[-3000:]}")
+
+
+def running_session(root: int, not_pid: int | None = None) -> int | None:
+    """The pid of a Ray worker under `root` that is running a collab session right now."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for p in psutil.Process(root).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                if p.pid != not_pid and " ".join(p.cmdline()).startswith("ray::SessionRunner.run"):
+                    return p.pid
+    return None
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def summary_of(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def planned_problems(users: int, sessions: int) -> dict[tuple[str, int], str]:
+    """(user id, session) -> the question the rule user opens with, as `memrl eval collab` plans it."""
+    from memrl.envs.collab.config import CollabEvalConfig
+    from memrl.envs.collab.runner import assign_problems, select_problems, select_profiles
+
+    cfg = CollabEvalConfig(users=users, sessions=sessions)
+    plan = assign_problems(select_profiles(cfg), select_problems(cfg), sessions, cfg.seed)
+    return {(user, i): p.question for user, problems in plan.items() for i, p in enumerate(problems)}
+
+
+# --- 1. a Ray worker dies mid-session -----------------------------------------------------------------------------
+
+
+def test_killed_worker_is_restarted_and_its_session_runs_once_more(tiny_qwen2: str, tmp_path: Path) -> None:
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    args = ["eval", "collab", "--model", tiny_qwen2, "--simulator", "rule", "--users", "2", "--sessions", "2"]
+    args += ["--max-turns", "2", "--max-tokens", "16", "--workers", "1", "--out", str(out)]
+    with started(*args, log=log) as proc:
+        victim = wait_for("a running session", lambda: running_session(proc.pid), proc, log, timeout=240)
+        os.kill(victim, signal.SIGKILL)
+        assert proc.wait(240) == 0, log.read_text()[-3000:]
+    output = log.read_text()
+    summary = json.loads(next(line for line in output.splitlines() if line.startswith('{"task_success"')))
+    assert summary["retried"] >= 1 and summary["sessions"] == 4 and summary["failed"] == 0
+    assert "died; running it again on the restarted worker" in output
+    keys = [r["key"] for r in lines(out / "sessions.jsonl")]
+    assert sorted(keys) == sorted({f"{u}/{s}" for u in {k.split("/")[0] for k in keys} for s in (0, 1)})
+    assert len(keys) == 4 == len(set(keys))
+
+
+def test_a_session_whose_worker_dies_twice_fails_the_run_in_one_line(endpoint: FaultyEndpoint, tmp_path: Path) -> None:
+    endpoint.latency = 0.7  # a session takes a few seconds: long enough to kill its worker twice
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    args = ["eval", "collab", "--model", f"faulty@{endpoint.url}", "--agent", "none", "--users", "1"]
+    args += ["--sessions", "1", "--max-turns", "4", "--out", str(out)]
+    with started(*args, log=log) as proc:
+        first = wait_for("a running session", lambda: running_session(proc.pid), proc, log, timeout=120)
+        os.kill(first, signal.SIGKILL)
+        second = wait_for("the session again", lambda: running_session(proc.pid, first), proc, log, timeout=120)
+        os.kill(second, signal.SIGKILL)
+        assert proc.wait(120) == 2
+    last = log.read_text().strip().splitlines()[-1]
+    assert last.startswith("memrl: error: user ") and "session 0 failed: its worker died 2 times" in last
+    assert not lines(out / "sessions.jsonl")
+
+
+# --- 2. an endpoint drops connections or stalls past the timeout --------------------------------------------------
+
+
+def test_endpoint_failures_mark_sessions_failed_and_a_rerun_runs_them(endpoint: FaultyEndpoint, tmp_path: Path) -> None:
+    problems = planned_problems(users=2, sessions=3)
+    (first_user, second_user) = sorted({user for user, _ in problems})
+    dropped, stalled = problems[first_user, 1], problems[second_user, 1]
+    endpoint.drop.append(dropped)
+    endpoint.stall.append(stalled)
+    endpoint.stall_for = 5.0
+    out = tmp_path / "run"
+    args = ["eval", "collab", "--model", f"faulty@{endpoint.url}", "--users", "2", "--sessions", "3"]
+    args += ["--max-turns", "2", "--request-timeout", "1", "--max-retries", "1", "--out", str(out)]
+
+    summary = summary_of(result := memrl(*args))
+    assert summary["sessions"] == 2 and summary["failed"] == 2 and summary["pending"] == 2
+    assert endpoint.hits[dropped] == 2 and endpoint.hits[stalled] == 2  # one try and one retry each, then given up
+    assert f"user {first_user} session 1 failed: endpoint {endpoint.url} is unreachable" in result.stderr
+    assert f"user {second_user} session 1 failed: endpoint {endpoint.url} timed out after 1s" in result.stderr
+    finished = lines(out / "sessions.jsonl")
+    assert sorted(r["key"] for r in finished) == [f"{first_user}/0", f"{second_user}/0"]
+    assert all("status" not in r for r in finished)
+    failed = {r["key"]: r for r in lines(out / "failed.jsonl")}
+    assert set(failed) == {f"{first_user}/1", f"{second_user}/1"}
+    assert {r["status"] for r in failed.values()} == {"failed"} and all(r["error"] for r in failed.values())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sessions"] == 2 and metrics["failed_sessions"] == 2  # averages cover finished sessions only
+    assert {f["key"] for f in metrics["failed"]} == set(failed)
+
+    endpoint.healed = True
+    summary = summary_of(memrl(*args))
+    assert summary["sessions"] == 6 and summary["failed"] == 0 and summary["pending"] == 0
+    keys = [r["key"] for r in lines(out / "sessions.jsonl")]
+    assert len(keys) == 6 == len(set(keys))
+    assert json.loads((out / "metrics.json").read_text())["failed_sessions"] == 0
+
+
+# --- 3. the process is killed mid-run; a rerun resumes ------------------------------------------------------------
+
+
+def _comparable(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["key"]: {k: v for k, v in r.items() if k not in ("started_at", "finished_at", "node")} for r in records}
+
+
+def test_killed_collab_eval_resumes_without_loss_or_duplicates(endpoint: FaultyEndpoint, tmp_path: Path) -> None:
+    endpoint.latency = 0.3
+    args = ["eval", "collab", "--model", f"faulty@{endpoint.url}", "--users", "2", "--sessions", "3"]
+    args += ["--max-turns", "2"]
+    whole, out, log = tmp_path / "whole", tmp_path / "killed", tmp_path / "killed.log"
+    with started(*args, "--out", whole, log=tmp_path / "whole.log") as uninterrupted:  # side by side: saves time
+        with started(*args, "--out", out, log=log) as proc:
+            wait_for("a finished session", lambda: lines(out / "sessions.jsonl"), proc, log, timeout=120)
+            kill_tree(proc)
+        assert uninterrupted.wait(180) == 0, (tmp_path / "whole.log").read_text()[-3000:]
+    reference = lines(whole / "sessions.jsonl")
+    assert len(reference) == 6
+    before = lines(out / "sessions.jsonl")
+    assert 1 <= len(before) < 6
+    summary = summary_of(memrl(*args, "--out", out))
+    assert summary["sessions"] == 6
+    after = lines(out / "sessions.jsonl")
+    assert after[: len(before)] == before  # finished work untouched
+    keys = [r["key"] for r in after]
+    assert len(keys) == len(set(keys)) and set(keys) == {r["key"] for r in reference}
+    assert _comparable(after) == _comparable(reference)  # the resumed users carried the right memory on
+
+
+def test_killed_tod_data_generation_resumes_without_loss_or_duplicates(
+    endpoint: FaultyEndpoint, tmp_path: Path
+) -> None:
+    endpoint.latency = 0.4  # each individual: two batched attempts of the LLM writer, then the template
+    args = ["data", "tod", "--sgd-dir", SGD, "--individuals", "4", "--tasks-per-individual", "2"]
+    args += ["--writer", f"faulty@{endpoint.url}"]
+    whole = tmp_path / "whole"
+    reference = summary_of(memrl(*args, "--out", whole))
+    progress = Path(".progress") / "sessions.jsonl"
+
+    out, log = tmp_path / "killed", tmp_path / "killed.log"
+    with started(*args, "--out", out, log=log) as proc:
+        wait_for("a logged session", lambda: lines(out / progress), proc, log, timeout=120)
+        kill_tree(proc)
+    assert not (out / "stats.json").exists()  # killed mid-run
+    resumed = summary_of(memrl(*args, "--out", out))
+    assert resumed["resumed_sessions"] > 0 or resumed["skipped"] > 0
+    keys = [r["key"] for r in lines(out / progress)]
+    assert len(keys) == len(set(keys))
+    assert sorted(keys) == sorted(r["key"] for r in lines(whole / progress))
+    assert {k: v for k, v in resumed.items() if k not in ("resumed_sessions", "skipped")} == {
+        k: v for k, v in reference.items() if k not in ("resumed_sessions", "skipped")
+    }
+    for persona in sorted(whole.glob("persona_*.json")):
+        assert (out / persona.name).read_bytes() == persona.read_bytes()
