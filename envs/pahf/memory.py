@@ -155,6 +155,20 @@ class _Store(ABC):
     def _missing(self, user: str, note_id: int) -> MemrlError:
         return MemrlError(f"{self.where}: no note {note_id} for user {user!r}")
 
+    def add(self, user: str, text: str) -> int:
+        return self.add_many(user, [text])[0]
+
+    def add_many(self, user: str, texts: builtins.list[str]) -> builtins.list[int]:
+        """Store several notes with one embedder call; their ids in order."""
+        with self._lock:
+            for text in texts:
+                self._check(user, text)
+            return self._store(user, texts, self._embed(texts)) if texts else []
+
+    @abstractmethod
+    def _store(self, user: str, texts: builtins.list[str], vectors: np.ndarray) -> builtins.list[int]:
+        """Persist checked notes with their unit-norm vectors; their ids in order."""
+
     def most_similar(self, user: str, text: str, threshold: float) -> tuple[Note, float] | None:
         best = self.search(user, text, k=1)
         return best[0] if best and best[0][1] >= threshold else None
@@ -208,29 +222,19 @@ class SQLiteMemory(_Store):
         except sqlite3.Error as exc:
             raise MemrlError(f"{self.where}: SQLite error: {first_line(exc)}") from exc
 
-    def add(self, user: str, text: str) -> int:
-        return self.add_many(user, [text])[0]
-
-    def add_many(self, user: str, texts: builtins.list[str]) -> builtins.list[int]:
-        """Store several notes with one embedder call and one transaction; their ids in order."""
-        with self._lock:
-            for text in texts:
-                self._check(user, text)
-            if not texts:
-                return []
-            vectors = self._embed(texts)
-            ids = []
-            try:
-                with self._conn:
-                    for text, vector in zip(texts, vectors, strict=True):
-                        cur = self._conn.execute(
-                            "INSERT INTO notes (user, text, dim, embedding) VALUES (?, ?, ?, ?)",
-                            (user, text, len(vector), vector.tobytes()),
-                        )
-                        ids.append(int(cur.lastrowid or 0))
-            except sqlite3.Error as exc:
-                raise MemrlError(f"{self.where}: SQLite error: {first_line(exc)}") from exc
-            return ids
+    def _store(self, user: str, texts: builtins.list[str], vectors: np.ndarray) -> builtins.list[int]:
+        ids = []
+        try:
+            with self._conn:  # one transaction
+                for text, vector in zip(texts, vectors, strict=True):
+                    cur = self._conn.execute(
+                        "INSERT INTO notes (user, text, dim, embedding) VALUES (?, ?, ?, ?)",
+                        (user, text, len(vector), vector.tobytes()),
+                    )
+                    ids.append(int(cur.lastrowid or 0))
+        except sqlite3.Error as exc:
+            raise MemrlError(f"{self.where}: SQLite error: {first_line(exc)}") from exc
+        return ids
 
     def search(self, user: str, query: str, k: int = 5) -> builtins.list[tuple[Note, float]]:
         with self._lock:
@@ -322,23 +326,13 @@ class FaissMemory(_Store):
             self._indexes[user] = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         return self._indexes[user]
 
-    def add(self, user: str, text: str) -> int:
-        return self.add_many(user, [text])[0]
-
-    def add_many(self, user: str, texts: builtins.list[str]) -> builtins.list[int]:
-        """Store several notes with one embedder call; their ids in order."""
-        with self._lock:
-            for text in texts:
-                self._check(user, text)
-            if not texts:
-                return []
-            vectors = self._embed(texts)
-            ids = list(range(self._next_id, self._next_id + len(texts)))
-            self._index(user, vectors.shape[1]).add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
-            for note_id, text in zip(ids, texts, strict=True):
-                self._notes[note_id] = Note(note_id, user, text)
-            self._next_id += len(texts)
-            return ids
+    def _store(self, user: str, texts: builtins.list[str], vectors: np.ndarray) -> builtins.list[int]:
+        ids = list(range(self._next_id, self._next_id + len(texts)))
+        self._index(user, vectors.shape[1]).add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
+        for note_id, text in zip(ids, texts, strict=True):
+            self._notes[note_id] = Note(note_id, user, text)
+        self._next_id += len(texts)
+        return ids
 
     def search(self, user: str, query: str, k: int = 5) -> builtins.list[tuple[Note, float]]:
         with self._lock:
