@@ -47,14 +47,14 @@ def _collab_rows(r: dict[str, Any]) -> list[Row]:
                 f"efficiency: ideal time (calls x {latency_ms} ms / {conc} in flight) / measured time",
                 f"{w['efficiency']:.2f}",
                 f"{w['sessions_per_second']:.2f} sessions/s of {w['ideal_sessions_per_second']:.2f} ideal; "
-                f"{w['overhead_per_session_ms']:.0f} ms overhead per session; "
+                f"{w['slot_overhead_per_call_ms']:.1f} ms per call beyond the latency; {w['cores_busy']} cores busy; "
                 f"last actor started {w['actor_startup_skew_seconds']:.1f} s after the first",
             )
         )
     rows.append(
         (
             "bare OpenAI client, no env",
-            f"efficiency of the client alone, same server, {conc} in flight (this machine's ceiling)",
+            f"efficiency of the client alone, same server, {conc} in flight, calls spread over one latency",
             f"{fixed['client_only_efficiency']:.2f}",
             f"scripted zero-latency env: {r['scripted_zero_latency']['turns_per_second']:.0f} simulated turns/s",
         )

@@ -16,6 +16,7 @@ from json_repair import repair_json
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^][{}]+")
 # Repair is slow on degenerate replies (seconds for 10k nested braces, minutes for megabytes of text): a longer
 # or deeper span than any real reply is refused instead. Valid JSON of any size still parses (json.loads is fast).
 MAX_REPAIR_CHARS = 100_000
@@ -113,7 +114,7 @@ def raw_decode(text: str, start: int) -> tuple[Any, int]:
 def nesting_depth(text: str) -> int:
     """How deep `{`/`[` nest in `text`, outside string literals (a cheap bound before repairing it)."""
     depth = deepest = 0
-    for char in _STRING.sub('""', text):
+    for char in _NOT_BRACKET.sub("", _STRING.sub("", text)):
         if char in "{[":
             depth += 1
             deepest = max(deepest, depth)

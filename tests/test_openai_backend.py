@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -76,6 +77,27 @@ def test_unreachable_endpoint_retries_then_fails() -> None:
     with pytest.raises(BackendError, match="unreachable"):
         backend.chat(QUESTION, SHORT)  # type: ignore[arg-type]
     assert backend.attempts == 3
+
+
+def test_async_failures_name_their_cause(smollm2_server: LocalServer) -> None:
+    """The aiohttp transport reports a refused connection as unreachable and a slow answer as a timeout."""
+    refused = OpenAIBackend("m", f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
+    with pytest.raises(BackendError, match="unreachable"):
+        asyncio.run(refused.achat(QUESTION, SHORT))  # type: ignore[arg-type]
+    assert refused.attempts == 2 and refused.in_flight == 0
+    slow = backend_for(smollm2_server, timeout=0.2, max_retries=1)
+    with pytest.raises(BackendError, match=r"timed out after 0\.2s"):
+        asyncio.run(slow.achat(QUESTION, SamplingParams(max_tokens=400)))  # type: ignore[arg-type]
+    assert slow.attempts == 2 and slow.in_flight == 0
+
+
+def test_each_event_loop_closes_its_connections(smollm2_server: LocalServer, caplog: pytest.LogCaptureFixture) -> None:
+    backend = backend_for(smollm2_server)
+    for _ in range(2):  # two event loops, an aiohttp session each
+        asyncio.run(backend.achat(QUESTION, SHORT))  # type: ignore[arg-type]
+    gc.collect()
+    assert backend.usage.requests == 2
+    assert not [r.getMessage() for r in caplog.records if "Unclosed" in r.getMessage()]
 
 
 def test_retry_survives_a_killed_server(tiny_qwen2: str, tmp_path: Path) -> None:

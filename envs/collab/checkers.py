@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 from memrl.envs.collab.preferences import get_preference
 
@@ -238,9 +239,10 @@ def _unit_sentences(unit: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.findall(unit) if re.search(r"\w", s)]
 
 
-def sentences(text: str) -> list[str]:
+@lru_cache(maxsize=1024)  # every checker, and the user simulator and the session log, split the same reply
+def sentences(text: str) -> tuple[str, ...]:
     """The sentences of a response; a list item or line without a final period counts as one."""
-    return [s for unit in _units(text) for s in _unit_sentences(unit)]
+    return tuple(s for unit in _units(text) for s in _unit_sentences(unit))
 
 
 def _is_question(sentence: str) -> bool:

@@ -12,6 +12,7 @@ user stops there for this run, and a rerun runs it again.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import os
 import random
@@ -116,6 +117,8 @@ class SessionRunner:
 
     def __init__(self, spec: WorkerSpec) -> None:
         cfg, roles = spec.cfg, spec.roles
+        # math_verify loads sympy (about a second): here, not in the first session, which would stall all the others
+        importlib.import_module("math_verify")
         sampling = cfg.sampling
         self.max_turns = cfg.max_turns
         self._backends: list[ChatBackend] = []
