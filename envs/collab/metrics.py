@@ -39,7 +39,8 @@ def _tokenizer() -> Any:
 
 
 def count_tokens(text: str) -> int:
-    return len(_tokenizer()(text, add_special_tokens=False)["input_ids"]) if text else 0
+    # Transcripts run past MiniLM's 512-token window: counting them is fine, so no warning about it.
+    return len(_tokenizer()(text, add_special_tokens=False, verbose=False)["input_ids"]) if text else 0
 
 
 def _token_report(records: Sequence[dict[str, Any]]) -> dict[str, float]:
