@@ -137,11 +137,12 @@ def test_killed_trl_stage_resumes_with_the_same_data_order(kind: str, reflection
     assert history[: len(json.loads(saved_state)["log_history"])] == json.loads(saved_state)["log_history"]
     assert not (elsewhere / "runs").exists()  # nothing landed in the caller's folder
     # (b) same data order: every step after the checkpoint has the uninterrupted run's loss. On CPUs with bf16
-    # instructions the stages train under bf16 autocast, and the resumed process drifts by up to ~0.02 at loss ~9.5
-    # (measured); one batch's loss differs from another's by ~0.1-0.4, so a different order would not match.
+    # instructions the stages train under bf16 autocast, and the resumed process drifts from the reference by a
+    # little more with every step (0.002 after one step, 0.076 after six, measured at loss ~9.5), so the bound
+    # widens with the distance from the checkpoint; the token counts below pin the order exactly.
     got, want = losses(history), losses(reference)
     for step in range(at_kill + 1, steps + 1):
-        assert got[step] == pytest.approx(want[step], abs=0.05), (step, got, want)
+        assert got[step] == pytest.approx(want[step], abs=0.025 * (step - at_kill)), (step, got, want)
     assert got[at_kill + 1] == pytest.approx(want[at_kill + 1], abs=0.005)  # the first resumed step: no drift yet
     # ... and the ordered samples match exactly: the tokens each step trained on (its batch's fingerprint)
     got_tokens, want_tokens = step_tokens(history), step_tokens(reference)
