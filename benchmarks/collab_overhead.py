@@ -139,7 +139,7 @@ class BusyCores:
 
 
 async def _client_ceiling(base_url: str, in_flight: int, calls: int, latency: float) -> float:
-    """Calls per second of the bare OpenAI client against the same server: what this machine allows at all."""
+    """Calls per second of the bare OpenAI client against the same server: what the client alone reaches here."""
     from memrl.rollout.openai_http import OpenAIBackend
 
     backend = OpenAIBackend(model="fixed", base_url=base_url, max_concurrency=in_flight)
