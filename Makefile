@@ -32,9 +32,11 @@ test: setup lint typecheck pytest
 pytest: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
 
+# ruff, then the import-linter contracts of pyproject.toml (imports point down the layers; see docs/architecture.md).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) tools/check_layers.py
 
 # mypy cannot follow the folder -> memrl.* mapping, so it reads a tree of links laid out as installed.
 typecheck: setup

@@ -41,7 +41,7 @@ UTTERANCES = [
 
 def pairs(m: int, seed: int = 0) -> list[Any]:
     """m judger inputs: dialogues of 1-7 turns, 1-3 missing slots, one stored QA pair each."""
-    from memrl.train.judger.inputs import JudgerInput
+    from memrl.rollout.judger.inputs import JudgerInput
 
     rng = random.Random(seed)
     out = []
@@ -63,9 +63,9 @@ def build_scorer(max_length: int) -> Any:
     from transformers import AutoTokenizer
     from transformers.utils import logging
 
-    from memrl import models
-    from memrl.train.judger.heads import build_head
-    from memrl.train.judger.scorer import JudgerScorer
+    from memrl.core import models
+    from memrl.rollout.judger.heads import build_head
+    from memrl.rollout.judger.scorer import JudgerScorer
 
     path = models.resolve("all-minilm-l6-v2")
     logging.set_verbosity_error()  # the fresh classifier is the point: no "newly initialized" warning

@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memrl.envs.collab.prompts import REFLECTION_KEYS
+from memrl.rewards.format import REFLECTION_KEYS
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from memrl.core.errors import MemrlError
 from memrl.envs.tod.formats import Individual, Session, as_dicts, atomic_write_json, load_tod_dir
 from memrl.envs.tod.labels import NEGATIVE_KINDS, label
 from memrl.envs.tod.memory import MemoryBank, load_memory_banks
 from memrl.envs.tod.reasoning import filled_slots, schema_intent_query, schema_missing_slots
 from memrl.envs.tod.schema import Schemas, TodDataError, load_schemas
-from memrl.errors import MemrlError
 
 SPLITS = ("train", "eval")
 

@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from memrl.core.errors import ConfigError
+from memrl.core.jsonl import ResumableJsonl
 from memrl.data_gen.writers import SFT_SCHEMA, write_jsonl, write_parquet
 from memrl.envs.pahf import prompts
-from memrl.errors import ConfigError
-from memrl.jsonl import ResumableJsonl
 
 SKIP_REASONS = ("not_salient", "never_retrieved")
 

@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from memrl.core.errors import ConfigError
 from memrl.data_gen.gold import NOTES, compose_notes, compose_reasoning, gold_json
 from memrl.data_gen.records import ReflectionRecord
 from memrl.data_gen.writers import Stats, write_dataset
-from memrl.envs.collab.prompts import REFLECTION_KEYS, reflection_messages
-from memrl.errors import ConfigError
+from memrl.envs.collab.prompts import reflection_messages
+from memrl.rewards.format import REFLECTION_KEYS
 from memrl.rollout.base import Message
 from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
 

@@ -14,8 +14,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from memrl.errors import ConfigError, MemrlError, first_line
-from memrl.jsonl import ResumableJsonl
+from memrl.core.errors import ConfigError, MemrlError, first_line
+from memrl.core.jsonl import ResumableJsonl
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 from memrl.rollout.serve import LocalServer, free_port, pick_engine, shared_server_args
 

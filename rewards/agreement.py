@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from memrl.envs.collab.preferences import TAXONOMY
+from memrl.core.preferences import TAXONOMY
 from memrl.rewards.judge import Judge
 from memrl.rewards.types import GroundTruth, JudgeItem
 

@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
 
-from memrl import models
+from memrl.core import models
+from memrl.core.schema import StrictModel
 from memrl.rollout.config import ModelConfig, SamplingConfig
-from memrl.schema import StrictModel
 
 
 def default_cache_dir() -> Path:

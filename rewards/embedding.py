@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from memrl import models
+from memrl.core import models
 
 
 class Embedder:

@@ -21,7 +21,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memrl.envs.collab.prompts import REFLECTION_KEYS
 from memrl.rollout.json_output import (
     MAX_DEPTH,
     MAX_REPAIR_CHARS,
@@ -34,6 +33,7 @@ from memrl.rollout.json_output import (
     raw_decode,
 )
 
+REFLECTION_KEYS = ("user_preferences_reasoning", "agent_notes")  # what a reflection is a JSON object of
 REASONING_KEY, NOTES_KEY = REFLECTION_KEYS
 
 EXACT, WRAPPED, REPAIRED, NOTES_ONLY, UNUSABLE = 1.0, 0.75, 0.5, 0.25, 0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from memrl import models
+from memrl.core import models
 from memrl.rewards.config import JudgeConfig
 from memrl.rewards.types import JudgeItem, JudgeVerdict
 

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from memrl.errors import BackendError
+from memrl.core.errors import BackendError
 from memrl.rewards.judge_cache import JudgeCache, prompt_key
 from memrl.rewards.types import GroundTruth, JudgeItem, JudgeVerdict
 from memrl.rollout.base import ChatBackend, Message, SamplingParams

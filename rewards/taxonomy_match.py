@@ -17,8 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
-from memrl.envs.collab.preferences import TAXONOMY
-from memrl.envs.collab.user_sim import REQUESTS
+from memrl.core.preferences import REQUESTS, TAXONOMY
 from memrl.rewards.embedding import Embedder
 
 IDS: tuple[str, ...] = tuple(TAXONOMY)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 
 
 def _strings(value: object, what: str) -> tuple[str, ...]:
@@ -51,7 +51,7 @@ class GroundTruth:
             raise ConfigError(f"ground truth has unknown keys: {', '.join(sorted(unknown))}")
         expected = _strings(data.get("expected"), "expected")
         if expected:
-            from memrl.envs.collab.preferences import get_preference
+            from memrl.core.preferences import get_preference
 
             for pid in expected:
                 get_preference(pid)  # a typo in the data fails here, in one line, not as a silent miss

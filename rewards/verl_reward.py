@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 from memrl.rewards.config import JudgeConfig, RewardConfig
 from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import GroundTruth, RewardParts

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from memrl import models
-from memrl.errors import ModelNotFoundError, first_line
+from memrl.core import models
+from memrl.core.errors import ModelNotFoundError, first_line
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 

@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, SecretStr
 
+from memrl.core.schema import StrictModel
 from memrl.rollout.base import SamplingParams
-from memrl.schema import StrictModel
 
 
 class HFModelConfig(StrictModel):

@@ -19,7 +19,7 @@ import aiohttp
 import httpx2  # the HTTP client openai 3.x is built on
 import openai
 
-from memrl.errors import BackendError
+from memrl.core.errors import BackendError
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 
 # The SDK's generic `post` keeps its retries, timeouts and typed errors but skips the typed request transform and

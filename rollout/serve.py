@@ -19,8 +19,8 @@ from typing import IO, Literal
 
 import httpx2
 
-from memrl import models
-from memrl.errors import BackendError
+from memrl.core import models
+from memrl.core.errors import BackendError
 
 Engine = Literal["auto", "transformers", "vllm"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from memrl.errors import BackendError
+from memrl.core.errors import BackendError
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 
 

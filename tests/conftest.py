@@ -27,14 +27,14 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_qwen2(model_cache: Path) -> str:
-    from memrl.models import pull
+    from memrl.core.models import pull
 
     return str(pull("tiny-qwen2"))
 
 
 @pytest.fixture(scope="session")
 def tiny_llama(model_cache: Path) -> str:
-    from memrl.models import pull
+    from memrl.core.models import pull
 
     return str(pull("tiny-llama"))
 
@@ -44,7 +44,7 @@ def smoke_run(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> Path
     """`memrl run quickstart --smoke`, every stage on tiny-qwen2: one run the pipeline and resume tests read."""
     run = tmp_path_factory.mktemp("smoke")
     result = subprocess.run(
-        [sys.executable, "-m", "memrl.cli", "run", "quickstart", "--smoke", f"output_dir={run}"],
+        [sys.executable, "-m", "memrl", "run", "quickstart", "--smoke", f"output_dir={run}"],
         capture_output=True, text=True, cwd=run, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -53,7 +53,7 @@ def smoke_run(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> Path
 
 @pytest.fixture(scope="session")
 def smollm2(model_cache: Path) -> str:
-    from memrl.models import pull
+    from memrl.core.models import pull
 
     return str(pull("smollm2"))
 

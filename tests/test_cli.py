@@ -26,7 +26,7 @@ COMMANDS = [
 
 def memrl(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}  # wide enough that rich does not wrap paths in tables
-    return subprocess.run([sys.executable, "-m", "memrl.cli", *args], capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "memrl", *args], capture_output=True, text=True, env=env)
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "memrl")

@@ -12,9 +12,7 @@ from memrl.rollout.serve import free_port
 
 
 def memrl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memrl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
+    return subprocess.run([sys.executable, "-m", "memrl", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:

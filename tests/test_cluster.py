@@ -27,7 +27,7 @@ from memrl.rollout.serve import free_port
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
-MEMRL = [sys.executable, "-m", "memrl.cli"]
+MEMRL = [sys.executable, "-m", "memrl"]
 SECRET = "sekrit-4f2a"
 QUICKSTART_STAGES = ["pull", "data", "sft", "grpo", "export", "eval"]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from memrl.core.errors import ConfigError
+from memrl.core.preferences import TAXONOMY
 from memrl.envs.collab.checkers import (
     CHECKERS,
     CheckResult,
@@ -13,8 +15,6 @@ from memrl.envs.collab.checkers import (
     is_clarifying_question,
     sentences,
 )
-from memrl.envs.collab.preferences import TAXONOMY
-from memrl.errors import ConfigError
 
 OK, BAD, UNSURE = Verdict.SATISFIED, Verdict.VIOLATED, Verdict.UNDECIDABLE
 ANSWER = TurnContext()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-MEMRL = [sys.executable, "-m", "memrl.cli"]
+MEMRL = [sys.executable, "-m", "memrl"]
 
 
 def _memrl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

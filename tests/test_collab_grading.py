@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
+from memrl.core.errors import ConfigError
 from memrl.envs.collab.grading import Grade, Grader, grade_choice, grade_math, judge_answer, read_judge_output
 from memrl.envs.collab.problems import TASKS, AnswerKind, Problem, problem_id
-from memrl.errors import ConfigError
 from memrl.rollout.base import SamplingParams
 
 MEDQA = TASKS["medqa"].parse(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memrl.envs.collab.preferences import TAXONOMY, Category, as_prompt_text, from_original, get_preference
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
+from memrl.core.preferences import TAXONOMY, Category, as_prompt_text, from_original, get_preference
 
 IDS = [
     "direct",

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from memrl.core.errors import ConfigError
 from memrl.envs.collab import problems as problems_module
 from memrl.envs.collab.arith import generate_arith
 from memrl.envs.collab.grading import grade_math
@@ -24,7 +25,6 @@ from memrl.envs.collab.problems import (
     load_problems,
     split_problems,
 )
-from memrl.errors import ConfigError
 
 # Records in the original benchmark's cache format, written here rather than read from its data.
 MATH = [

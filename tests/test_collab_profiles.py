@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memrl.envs.collab.preferences import TAXONOMY, get_preference
+from memrl.core.errors import ConfigError
+from memrl.core.preferences import TAXONOMY, get_preference
 from memrl.envs.collab.profiles import (
     UserProfile,
     check_disjoint,
@@ -16,7 +17,6 @@ from memrl.envs.collab.profiles import (
     save_profiles,
     split_profiles,
 )
-from memrl.errors import ConfigError
 
 
 def test_sampling_is_seeded_and_uses_three_distinct_categories() -> None:

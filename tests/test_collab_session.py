@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from memrl.core.preferences import TAXONOMY
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.metrics import compute_metrics, session_deltas, write_comparison, write_report
-from memrl.envs.collab.preferences import TAXONOMY
 from memrl.envs.collab.problems import load_problems
 from memrl.envs.collab.profiles import UserProfile
 from memrl.envs.collab.session import SessionSpec, run_session

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memrl.data_cli import data_app
+from memrl.app.cli.data import data_app
+from memrl.core.errors import MemrlError
 from memrl.data_gen.judger import (
     NEGATIVE_KINDS,
     build_judger_dataset,
@@ -21,7 +22,6 @@ from memrl.data_gen.judger import (
 from memrl.envs.tod.formats import load_individual, load_tod_dir
 from memrl.envs.tod.memory import build_memory_bank
 from memrl.envs.tod.schema import load_schemas
-from memrl.errors import MemrlError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MSTOD = FIXTURES / "mstod"

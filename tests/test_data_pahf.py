@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from memrl.core.errors import ConfigError
 from memrl.data_gen.pahf import build_pahf_dataset, build_records
 from memrl.envs.pahf import prompts
-from memrl.errors import ConfigError
 
 
 def _task(user: str, phase: int, index: int, product: str, correct: bool, **kw: Any) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def test_dataset_files_and_cli(tmp_path: Path) -> None:
     (run / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in _run()))
     out = tmp_path / "data"
     result = subprocess.run(
-        [sys.executable, "-m", "memrl.cli", "data", "pahf", "--run", str(run), "--out", str(out), "--eval-users", "1"],
+        [sys.executable, "-m", "memrl", "data", "pahf", "--run", str(run), "--out", str(out), "--eval-users", "1"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
@@ -82,7 +82,7 @@ def test_dataset_files_and_cli(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="at least one must train"):
         build_pahf_dataset(run, tmp_path / "x", eval_users=2)
     missing = subprocess.run(
-        [sys.executable, "-m", "memrl.cli", "data", "pahf", "--run", str(tmp_path / "no"), "--out", str(out)],
+        [sys.executable, "-m", "memrl", "data", "pahf", "--run", str(tmp_path / "no"), "--out", str(out)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert missing.returncode == 2 and "tasks.jsonl does not exist" in missing.stderr

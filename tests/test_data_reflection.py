@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memrl.data_cli import data_app
+from memrl.app.cli.data import data_app
+from memrl.core.errors import ConfigError
+from memrl.core.preferences import REQUESTS, TAXONOMY
 from memrl.data_gen.gold import NOTES
 from memrl.data_gen.reflection import (
     ReflectionRecord,
@@ -23,13 +25,12 @@ from memrl.data_gen.reflection import (
 )
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
 from memrl.envs.collab.grading import Grader
-from memrl.envs.collab.preferences import TAXONOMY
 from memrl.envs.collab.problems import Problem, load_problems, split_problems
 from memrl.envs.collab.profiles import UserProfile, sample_profiles, split_profiles
-from memrl.envs.collab.prompts import NO_NOTES, REFLECTION_KEYS, reflection_messages
+from memrl.envs.collab.prompts import NO_NOTES, reflection_messages
 from memrl.envs.collab.session import SessionSpec, run_session
-from memrl.envs.collab.user_sim import REQUESTS, RuleUserSimulator
-from memrl.errors import ConfigError
+from memrl.envs.collab.user_sim import RuleUserSimulator
+from memrl.rewards.format import REFLECTION_KEYS
 from memrl.rollout.base import SamplingParams
 
 Sessions = dict[str, list[dict[str, Any]]]

@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
-MEMRL = [sys.executable, "-m", "memrl.cli"]
+MEMRL = [sys.executable, "-m", "memrl"]
 SGD = Path(__file__).parent / "fixtures" / "sgd"
 
 # Carries the keys of every collab role (agent reply, retrieval, reflection), so each call parses.

@@ -20,16 +20,14 @@ from typing import Any
 
 import pytest
 
-from memrl.train.checkpoints import last_step_dir, read_info
+from memrl.core.checkpoints import last_step_dir, read_info
 
 STEPS = {"sft": 12, "grpo": 6}
 SAVE = {"sft": 3, "grpo": 2}
 
 
 def memrl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memrl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=900
-    )
+    return subprocess.run([sys.executable, "-m", "memrl", *args], capture_output=True, text=True, cwd=cwd, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +62,7 @@ def run_and_kill(args: list[str], cwd: Path, stage_dir: Path, timeout: float = 6
     """Start `memrl ARGS`, SIGKILL it as soon as a checkpoint is saved; returns its output."""
     log = cwd / "killed.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "memrl.cli", *args], cwd=cwd, stdout=out, stderr=out)
+        proc = subprocess.Popen([sys.executable, "-m", "memrl", *args], cwd=cwd, stdout=out, stderr=out)
         deadline = time.monotonic() + timeout
         try:
             while not checkpoint_saved(stage_dir):
@@ -171,7 +169,7 @@ def test_resume_needs_a_run_folder(tmp_path: Path) -> None:
 def test_resume_reruns_the_saved_recipe_and_skips_finished_stages(tmp_path: Path) -> None:
     """The saved recipe is the source of truth: a dry run shows the saved overrides, unknown stages fail."""
     run = tmp_path / "run"
-    from memrl.recipe import load_recipe
+    from memrl.app.recipe import load_recipe
 
     loaded = load_recipe("reflector-qwen2.5-7b", ["seed=7", "stages.grpo.max_steps=3", f"output_dir={run}"])
     loaded.save(run)
@@ -202,9 +200,10 @@ def test_verl_stage_with_checkpoints_resumes_them_with_a_fixed_shuffle_seed(
     from rich.console import Console
     from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-    from memrl.context import RunContext
-    from memrl.recipe import load_recipe
-    from memrl.train import stages, verl_launch
+    from memrl.app.context import RunContext
+    from memrl.app.recipe import load_recipe
+    from memrl.app.stages import reflection as stages
+    from memrl.train import verl_launch
 
     run = tmp_path / "run"
     loaded = load_recipe("reflector-qwen2.5-7b", ["seed=11", f"output_dir={run}"])

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from memrl.envs.tod.ranking import auc
+from memrl.rollout.judger import JudgerInput, load_judger
 from memrl.train.config import JudgerStage, LoraConfig
-from memrl.train.judger import JudgerInput, load_judger
 from memrl.train.judger.data import read_pairs
 from memrl.train.trl_common import TrainContext
 
@@ -117,9 +117,9 @@ def long_item(turns: int) -> JudgerInput:
 def test_cross_encoder_pair_keeps_the_newest_turns(model_cache: Path) -> None:
     from transformers import AutoTokenizer
 
-    from memrl import models
-    from memrl.train.judger.heads import build_head
-    from memrl.train.judger.inputs import cross_encoder_pair
+    from memrl.core import models
+    from memrl.rollout.judger.heads import build_head
+    from memrl.rollout.judger.inputs import cross_encoder_pair
 
     tokenizer = AutoTokenizer.from_pretrained(models.resolve("minilm"))
     first, note = cross_encoder_pair(long_item(40), tokenizer, 96)
@@ -135,7 +135,7 @@ def test_cross_encoder_pair_keeps_the_newest_turns(model_cache: Path) -> None:
 def test_causal_prompt_keeps_the_instruction_and_newest_turns(tiny_qwen2: str) -> None:
     from transformers import AutoTokenizer
 
-    from memrl.train.judger.inputs import INSTRUCTION, QUESTION, causal_prompt
+    from memrl.rollout.judger.inputs import INSTRUCTION, QUESTION, causal_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen2)
     prompt = causal_prompt(long_item(60), tokenizer, 600)
@@ -189,9 +189,9 @@ def test_cross_encoder_learns(minilm_judger: Path, pairs: Path) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from memrl import models
-    from memrl.train.judger.heads import build_head
-    from memrl.train.judger.scorer import JudgerScorer
+    from memrl.core import models
+    from memrl.rollout.judger.heads import build_head
+    from memrl.rollout.judger.scorer import JudgerScorer
 
     rows = read_pairs(pairs / "eval" / "pairs.jsonl")
     items, labels = [JudgerInput.from_pair(r) for r in rows], [r["label"] for r in rows]
@@ -215,7 +215,7 @@ KEYS = {"recall@1", "recall@3", "recall@5", "retrieval_recall@1", "retrieval_rec
 def test_eval_judger_cli_writes_every_metric_and_resumes(minilm_judger: Path, pairs: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from memrl.cli import app
+    from memrl.app.cli.main import app
     from memrl.train.judger.evaluate import evaluate_judger
 
     out = tmp_path / "report"
@@ -254,7 +254,7 @@ def test_eval_without_a_judger_is_retrieval_only(pairs: Path, tmp_path: Path) ->
 
 
 def test_malformed_pairs_fail_in_one_line(tmp_path: Path) -> None:
-    from memrl.errors import ConfigError
+    from memrl.core.errors import ConfigError
     from memrl.train.judger.data import require_pairs
 
     bad = tmp_path / "eval" / "pairs.jsonl"

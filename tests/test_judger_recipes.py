@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from memrl.config import EvalJudgerStage
-from memrl.errors import ConfigError
-from memrl.recipe import load_recipe
-from memrl.stages import run_recipe
+from memrl.app.config import EvalJudgerStage
+from memrl.app.recipe import load_recipe
+from memrl.app.stages import run_recipe
+from memrl.core.errors import ConfigError
 from memrl.train.config import ClusterConfig, JudgerStage
 from memrl.train.judger.launch import deepspeed_config, format_command, resolve_refs, torchrun_command
 
@@ -23,9 +23,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def memrl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memrl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
-    )
+    return subprocess.run([sys.executable, "-m", "memrl", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
 def test_both_recipes_resolve() -> None:
@@ -51,7 +49,7 @@ def test_8b_dry_run_prints_the_torchrun_launch(tmp_path: Path) -> None:
     result = memrl("run", "judger-llama3.1-8b", "--dry-run", "data=J", f"output_dir={tmp_path / 'run'}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout + result.stderr
-    assert "torchrun --nnodes=1 --standalone --nproc-per-node=8 -m memrl.train.judger.main" in out
+    assert "torchrun --nnodes=1 --standalone --nproc-per-node=8 -m memrl.app.judger_main" in out
     assert f"{tmp_path / 'run'}/recipe.resolved.yaml --stage judger" in out
     assert "deepspeed/zero3.json" in out and "memrl eval judger" in out
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
@@ -100,7 +98,7 @@ def judger_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`memrl data judger` on the shipped MS-TOD fixture (4 train and 2 eval individuals)."""
     from typer.testing import CliRunner
 
-    from memrl.data_cli import data_app
+    from memrl.app.cli.data import data_app
 
     out = tmp_path_factory.mktemp("judger-data") / "J"
     args = ["judger", "--tod-dir", str(FIXTURES / "mstod"), "--out", str(out), "--eval-fraction", "0.34"]
@@ -139,13 +137,13 @@ stages:
 def test_two_processes_run_under_torchrun_and_save_an_adapter(judger_data: Path, tmp_path: Path,
                                                                tiny_qwen2: str) -> None:  # fmt: skip
     """The multi-GPU path on CPU: torchrun starts two processes (gloo); the adapter is saved, merged on load."""
-    from memrl.train.judger import JudgerInput, load_judger
+    from memrl.rollout.judger import JudgerInput, load_judger
     from memrl.train.judger.data import read_pairs
 
     (tmp_path / "two.yaml").write_text(DISTRIBUTED)
     result = memrl("run", "two.yaml", f"data={judger_data}", "output_dir=run", "--stage", "judger", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "--nproc-per-node=2 -m memrl.train.judger.main" in (tmp_path / "run" / "judger" / "judger.log").read_text()
+    assert "--nproc-per-node=2 -m memrl.app.judger_main" in (tmp_path / "run" / "judger" / "judger.log").read_text()
     final = tmp_path / "run" / "judger" / "final"
     assert json.loads((final / "memrl_judger.json").read_text())["adapter"] is True
     assert "score" in json.loads((final / "adapter_config.json").read_text())["modules_to_save"]

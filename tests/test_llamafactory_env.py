@@ -11,7 +11,7 @@ import pytest
 
 def test_dry_run_lists_the_steps(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "memrl.cli", "env", "llamafactory", "--path", str(tmp_path / "lf"), "--dry-run"],
+        [sys.executable, "-m", "memrl", "env", "llamafactory", "--path", str(tmp_path / "lf"), "--dry-run"],
         capture_output=True,
         text=True,
         check=True,
@@ -25,7 +25,7 @@ def test_dry_run_lists_the_steps(tmp_path: Path) -> None:
 def test_environment_is_created_and_isolated(tmp_path: Path) -> None:
     env_dir = tmp_path / "lf"
     result = subprocess.run(
-        [sys.executable, "-m", "memrl.cli", "env", "llamafactory", "--path", str(env_dir)],
+        [sys.executable, "-m", "memrl", "env", "llamafactory", "--path", str(env_dir)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -52,7 +52,7 @@ def test_environment_is_created_and_isolated(tmp_path: Path) -> None:
     assert our_trl.__version__.startswith("1.")
     # A second call finds it ready and changes nothing.
     again = subprocess.run(
-        [sys.executable, "-m", "memrl.cli", "env", "llamafactory", "--path", str(env_dir)],
+        [sys.executable, "-m", "memrl", "env", "llamafactory", "--path", str(env_dir)],
         capture_output=True,
         text=True,
         check=True,

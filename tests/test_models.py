@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from memrl import models
-from memrl.errors import ModelNotFoundError
-from memrl.tiny import build_tiny_model
+from memrl.core import models
+from memrl.core.errors import ModelNotFoundError
+from memrl.core.tiny import build_tiny_model
 
 
 def test_pull_is_idempotent(tiny_qwen2: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl.errors import BackendError
+from memrl.core.errors import BackendError
 from memrl.rollout import SamplingParams
 from memrl.rollout.openai_http import OpenAIBackend
 from memrl.rollout.serve import LocalServer, free_port, port_is_free
@@ -124,7 +124,7 @@ def test_chat_cli_through_endpoint(smollm2_server: LocalServer) -> None:
         [
             sys.executable,
             "-m",
-            "memrl.cli",
+            "memrl",
             "chat",
             "--endpoint",
             smollm2_server.url,
@@ -147,7 +147,7 @@ def test_serve_cli_starts_answers_and_stops_on_ctrl_c(tiny_qwen2: str) -> None:
         [
             sys.executable,
             "-m",
-            "memrl.cli",
+            "memrl",
             "serve",
             "--model",
             "tiny-qwen2",

@@ -59,7 +59,7 @@ def test_built_wheel_imports_and_ships_recipes(tmp_path: Path) -> None:
         capture_output=True,
     )
     code = (
-        IMPORT_ALL + "; import memrl.train as t; from memrl.recipe import bundled_recipes; "
+        IMPORT_ALL + "; import memrl.train as t; from memrl.app.recipe import bundled_recipes; "
         "print(t.__file__); print(sorted(bundled_recipes()))"
     )
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memrl.cli import app
+from memrl.app.cli.main import app
 from memrl.envs.pahf.embodied import embodied_feedback, embodied_task
 from memrl.envs.pahf.formats import (
     PahfDataError,
@@ -180,9 +180,7 @@ def test_drifted_needs_the_original_table(shop: ShoppingData) -> None:
 
 
 def memrl(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memrl.cli", *map(str, args)], capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run([sys.executable, "-m", "memrl", *map(str, args)], capture_output=True, text=True, timeout=60)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:

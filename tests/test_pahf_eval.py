@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-MEMRL = [sys.executable, "-m", "memrl.cli"]
+MEMRL = [sys.executable, "-m", "memrl"]
 DATA = Path(__file__).parent / "fixtures" / "pahf"
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memrl.core.errors import MemrlError
 from memrl.envs.pahf.memory import FaissMemory, MemoryStore, Note, SQLiteMemory, build_memory
-from memrl.errors import MemrlError
 
 WORDS = ("red", "blue", "green", "shoes", "shirt", "cotton", "wool", "cheap", "brand", "quiet", "loud", "mug", "cup")
 

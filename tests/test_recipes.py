@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memrl.config import GenerateStage
-from memrl.errors import ConfigError
-from memrl.recipe import bundled_recipes, load_recipe
+from memrl.app.config import GenerateStage
+from memrl.app.recipe import bundled_recipes, load_recipe
+from memrl.core.errors import ConfigError
 from memrl.rollout.config import OpenAIModelConfig
 
 

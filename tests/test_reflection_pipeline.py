@@ -12,9 +12,7 @@ import pytest
 
 
 def memrl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memrl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=900
-    )
+    return subprocess.run([sys.executable, "-m", "memrl", *args], capture_output=True, text=True, cwd=cwd, timeout=900)
 
 
 def test_smoke_runs_every_stage_and_reports(smoke_run: Path) -> None:
@@ -50,7 +48,7 @@ def test_export_merge_matches_base_plus_adapter(smoke_run: Path, tmp_path: Path)
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from memrl.train.checkpoints import adapter_base, resolve_model
+    from memrl.core.checkpoints import adapter_base, resolve_model
 
     adapter = smoke_run / "sft" / "final"
     out = tmp_path / "sft-export"
@@ -123,7 +121,7 @@ def test_online_check_compares_collab_runs_with_each_reflector(smoke_run: Path, 
 
 @pytest.mark.parametrize("recipe", ["reflector-qwen2.5-7b", "reflector-llama3.1-8b"])
 def test_table5_recipes_resolve_and_dry_run_prints_verl_commands(recipe: str, tmp_path: Path) -> None:
-    from memrl.recipe import load_recipe
+    from memrl.app.recipe import load_recipe
 
     stages = load_recipe(recipe).recipe.stages
     sft, grpo = stages["sft"], stages["grpo"]
@@ -164,8 +162,8 @@ def test_dry_run_refuses_an_unknown_verl_override(tmp_path: Path) -> None:
 
 def test_full_fine_tuning_saves_a_whole_model(smoke_run: Path, tmp_path: Path) -> None:
     """`lora: null` trains every weight; `final/` is then a full model, not an adapter."""
-    from memrl.errors import ConfigError
-    from memrl.train.checkpoints import is_adapter, read_info
+    from memrl.core.checkpoints import is_adapter, read_info
+    from memrl.core.errors import ConfigError
     from memrl.train.config import SFTStage
     from memrl.train.trl_common import TrainContext
     from memrl.train.trl_sft import train_sft

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from memrl.errors import ConfigError
-from memrl.reward_cli import reward_app
+from memrl.app.cli.reward import reward_app
+from memrl.core.errors import ConfigError
 
 REFLECTION = {
     "user_preferences_reasoning": "The user asked twice for a different format.",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 from memrl.rewards.format import EXACT, NOTES_ONLY, REPAIRED, UNUSABLE, WRAPPED, extract_notes, format_reward
 from memrl.rewards.text import count_tokens, split_statements
 from memrl.rewards.types import GroundTruth

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from memrl.envs.collab.preferences import TAXONOMY
+from memrl.core.preferences import TAXONOMY
 from memrl.rewards.offline_judge import OfflineJudge
 from memrl.rewards.types import GroundTruth, JudgeItem
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 from memrl.rewards.config import JudgeConfig, RewardConfig
 from memrl.rewards.types import GroundTruth
 from memrl.rewards.verl_reward import compute_score, get_scorer, reward_config

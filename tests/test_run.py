@@ -12,7 +12,7 @@ import yaml
 
 def memrl_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "memrl.cli", "run", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+        [sys.executable, "-m", "memrl", "run", *args], capture_output=True, text=True, cwd=cwd, timeout=600
     )
 
 

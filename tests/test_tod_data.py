@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from memrl.core.errors import MemrlError
 from memrl.data_gen.tod import TodDataConfig, build_tod_dataset, load_source, plan_from
 from memrl.envs.tod.formats import (
     NEITHER,
@@ -31,7 +32,6 @@ from memrl.envs.tod.reasoning import filled_slots, schema_intent_query, schema_m
 from memrl.envs.tod.schema import Schemas, load_schemas
 from memrl.envs.tod.sgd import dialogue_files, extract_goals
 from memrl.envs.tod.writers import LLMWriter, TemplateWriter, Written
-from memrl.errors import MemrlError
 from memrl.rollout.base import ChatBackend, SamplingParams
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -324,9 +324,7 @@ def test_released_format_loads_and_falls_back_to_matching(schemas: Schemas) -> N
 
 
 def memrl(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memrl.cli", *map(str, args)], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", "memrl", *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:

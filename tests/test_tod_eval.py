@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-MEMRL = [sys.executable, "-m", "memrl.cli"]
+MEMRL = [sys.executable, "-m", "memrl"]
 DATA = Path(__file__).parent / "fixtures" / "mstod"
 METRICS = ("jga", "slot_accuracy", "dte", "success_rate", "recall@1", "recall@3", "recall@5")
 

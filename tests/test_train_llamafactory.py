@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memrl.errors import ConfigError, MemrlError
+from memrl.core.errors import ConfigError, MemrlError
 from memrl.train import llamafactory_run as lf
 from memrl.train.config import ClusterConfig, LoggingTarget, LoraConfig, SFTStage
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl.errors import ConfigError, MemrlError
+from memrl.core.errors import ConfigError, MemrlError
 from memrl.rewards.reward import RewardConfig
 from memrl.train import verl_launch, verl_merge
 from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, SFTStage
@@ -175,7 +175,7 @@ def test_sft_overrides_carry_the_recipe() -> None:
 
 @pytest.mark.parametrize("recipe", ["reflector-qwen2.5-7b", "reflector-llama3.1-8b"])
 def test_table5_recipes_compose_against_verl(recipe: str) -> None:
-    from memrl.recipe import load_recipe
+    from memrl.app.recipe import load_recipe
 
     stages = load_recipe(recipe).recipe.stages
     verl_launch.validate_overrides(verl_launch.PPO_CONFIG, grpo(stages["grpo"]))
@@ -483,7 +483,7 @@ def test_merge_checkpoint_runs_verls_merger(fsdp_lora_checkpoint: tuple[Path, ob
     # memrl's own loader reads the returned folder as base + adapter and reproduces the trained model.
     import torch
 
-    from memrl.train.checkpoints import load_causal_lm
+    from memrl.core.checkpoints import load_causal_lm
 
     with torch.no_grad():
         logits = load_causal_lm(str(loadable), dtype=torch.float32)(input_ids=inputs).logits

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
+from memrl.core.schema import StrictModel
 from memrl.rewards.config import RewardConfig
-from memrl.schema import StrictModel
 
 
 class LoraConfig(StrictModel):

@@ -10,11 +10,12 @@ from typing import Any
 
 from rich.console import Console
 
-from memrl.context import progress
+from memrl.core.checkpoints import is_adapter, resolve_model
+from memrl.core.errors import ConfigError
+from memrl.core.jsonl import ResumableJsonl
+from memrl.core.progress import progress
 from memrl.envs.collab.agents import AgentKind
 from memrl.envs.collab.config import CollabEvalConfig
-from memrl.errors import ConfigError
-from memrl.jsonl import ResumableJsonl
 from memrl.rewards.config import RewardConfig
 from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import GroundTruth
@@ -22,7 +23,6 @@ from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import HFModelConfig, VLLMModelConfig
 from memrl.rollout.serve import pick_engine
-from memrl.train.checkpoints import is_adapter, resolve_model
 from memrl.train.export import export_checkpoint
 
 

@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from memrl.errors import ConfigError
-from memrl.train.checkpoints import is_adapter, load_causal_lm, read_info, resolve_model, tokenizer_source
+from memrl.core.checkpoints import is_adapter, load_causal_lm, read_info, resolve_model, tokenizer_source
+from memrl.core.errors import ConfigError
 
 EXPORT_FILE = "memrl_export.json"
 CARD_FILE = "README.md"

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from memrl.errors import MemrlError
+from memrl.core.errors import MemrlError
 
 
 def run_logged(

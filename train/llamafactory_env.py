@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memrl.errors import MemrlError
-from memrl.models import cache_dir
+from memrl.core.errors import MemrlError
+from memrl.core.models import cache_dir
 
 LLAMAFACTORY_VERSION = "0.9.5"
 _READY = ".memrl-ready"

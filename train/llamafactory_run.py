@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from memrl.errors import ConfigError, MemrlError
+from memrl.core.errors import ConfigError, MemrlError
 from memrl.train.config import LoraConfig, SFTStage
 from memrl.train.launch import run_logged
 

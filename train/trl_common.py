@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from memrl.errors import ConfigError, closest
-from memrl.train.checkpoints import CheckpointInfo, last_step_dir
+from memrl.core.checkpoints import CheckpointInfo, last_step_dir
+from memrl.core.errors import ConfigError, closest
 from memrl.train.config import LoraConfig
 
 

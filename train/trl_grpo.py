@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memrl.errors import ConfigError
-from memrl.train.checkpoints import (
+from memrl.core.checkpoints import (
     adapter_base,
     is_adapter,
     load_causal_lm,
@@ -14,6 +13,7 @@ from memrl.train.checkpoints import (
     resolve_model,
     tokenizer_source,
 )
+from memrl.core.errors import ConfigError
 from memrl.train.config import GRPOStage
 from memrl.train.trl_common import (
     TrainContext,

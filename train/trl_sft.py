@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memrl.errors import ConfigError
-from memrl.train.checkpoints import load_causal_lm, portable_ref, tokenizer_source
+from memrl.core.checkpoints import load_causal_lm, portable_ref, tokenizer_source
+from memrl.core.errors import ConfigError
 from memrl.train.config import SFTStage
 from memrl.train.trl_common import (
     TrainContext,

@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from memrl.errors import ConfigError, closest, first_line
+from memrl.core.errors import ConfigError, closest, first_line
 from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, SFTStage
 from memrl.train.launch import run_logged
 

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 
 FSDP_CONFIG = "fsdp_config.json"
 LORA_META = "lora_train_meta.json"

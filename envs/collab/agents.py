@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from memrl.envs.collab.preferences import as_prompt_text, get_preference
+from memrl.core.preferences import as_prompt_text, get_preference
 from memrl.envs.collab.profiles import UserProfile
 from memrl.envs.collab.prompts import (
     AGENT_KEYS,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
-from memrl.envs.collab.preferences import get_preference
+from memrl.core.preferences import get_preference
 
 
 class Verdict(StrEnum):

@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt
 
+from memrl.core.schema import StrictModel
 from memrl.envs.collab.agents import AgentKind
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, SamplingConfig
-from memrl.schema import StrictModel
 
 
 def model_from_spec(spec: str, max_concurrency: int = 32) -> ModelConfig:

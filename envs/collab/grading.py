@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from memrl.core.errors import ConfigError
 from memrl.envs.collab.problems import AnswerKind, Problem
-from memrl.errors import ConfigError
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
 from memrl.rollout.json_output import JSONParseFailure, parse_json_object
 

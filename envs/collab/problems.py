@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from memrl.errors import ConfigError, closest
+from memrl.core.errors import ConfigError, closest
 
 
 class AnswerKind(StrEnum):

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl.envs.collab.preferences import TAXONOMY, from_original, get_preference
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
+from memrl.core.preferences import TAXONOMY, from_original, get_preference
 
 # Personas in our own words; the paper draws its personas from Persona Hub, which is not shipped here.
 PERSONAS: tuple[str, ...] = (

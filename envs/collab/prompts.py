@@ -14,7 +14,6 @@ NO_NOTES = "(no notes yet)"
 
 AGENT_KEYS = ("user_preferences_reasoning", "reasoning", "response")
 RETRIEVAL_KEYS = ("reasoning", "relevant_notes")
-REFLECTION_KEYS = ("user_preferences_reasoning", "agent_notes")
 USER_KEYS = (
     "preference_1_satisfied",
     "preference_2_satisfied",

@@ -23,7 +23,9 @@ from typing import Any
 
 from rich.console import Console
 
-from memrl.context import progress
+from memrl.core.errors import BackendError, MemrlError, first_line
+from memrl.core.jsonl import ResumableJsonl
+from memrl.core.progress import progress
 from memrl.envs.actors import EnvRun, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
 from memrl.envs.collab.config import CollabEvalConfig
@@ -32,8 +34,6 @@ from memrl.envs.collab.problems import AnswerKind, Problem, get_task, load_probl
 from memrl.envs.collab.profiles import UserProfile, load_profiles, sample_profiles, split_profiles
 from memrl.envs.collab.session import SessionSpec, failed_record, run_session
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
-from memrl.errors import BackendError, MemrlError, first_line
-from memrl.jsonl import ResumableJsonl
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig

@@ -13,9 +13,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from memrl.core.preferences import REQUESTS, as_prompt_text, get_preference
 from memrl.envs.collab.checkers import TurnContext, Verdict, check, is_clarifying_question
 from memrl.envs.collab.grading import Grader
-from memrl.envs.collab.preferences import as_prompt_text, get_preference
 from memrl.envs.collab.problems import AnswerKind, Problem, get_task
 from memrl.envs.collab.profiles import UserProfile
 from memrl.envs.collab.prompts import TERMINATE, user_messages
@@ -63,29 +63,6 @@ class UserSimulator(ABC):
 
 # --- rule simulator -----------------------------------------------------------------------------------------------
 
-# One request per preference, in the user's voice; the rule user names exactly what was violated.
-REQUESTS: dict[str, str] = {
-    "direct": "Skip the preamble and get straight to the point.",
-    "narrative": "Could you explain that in a more conversational, connected way?",
-    "polite": "Please be a bit friendlier and more courteous with me.",
-    "blunt": "No pleasantries or apologies, please; just be blunt.",
-    "analytic": "State your assumptions and show each reasoning step before the conclusion.",
-    "intuitive": "Start with the big-picture idea before the details.",
-    "incremental": "Give me one small step at a time and check with me before moving on.",
-    "holistic": "Don't split it up or keep asking whether to continue; give me the whole thing.",
-    "proactive": "End your answer with a suggestion for what I could do next.",
-    "no-suggestions": "Answer only what I asked, without extra suggestions or next steps.",
-    "takeaways": "Before we wrap up, give me the key takeaways.",
-    "multiple-approaches": "Show me more than one way to do this, with the trade-offs of each.",
-    "outline-first": "Start with a short outline of what you are going to cover.",
-    "examples": "Include an example or an analogy, please.",
-    "three-sentences": "Keep replies to three sentences at most.",
-    "bullets": "Put that in bullet points.",
-    "numbered-steps": "Number the steps, please.",
-    "headings": "Use a heading for each section.",
-    "tldr": "End with a one-line TL;DR.",
-    "confidence": "Tell me how confident you are in that answer.",
-}
 
 _ENFORCE_OPENERS = ("Hold on.", "Before we go on:", "That doesn't work for me.", "Wait.")
 _OPENERS = ("Can you help me with this?", "I'm stuck on a problem.", "I need a hand with something.")

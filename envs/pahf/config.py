@@ -8,12 +8,12 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt
 
+from memrl.core.errors import ConfigError
+from memrl.core.schema import StrictModel
 from memrl.envs.pahf.agent import AgentKind, AgentSampling, Domain
 from memrl.envs.pahf.shopping import Style
-from memrl.errors import ConfigError
 from memrl.rollout.base import SamplingParams
 from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
-from memrl.schema import StrictModel
 
 
 class PahfSampling(StrictModel):

@@ -17,8 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
-from memrl import json_files
-from memrl.errors import MemrlError
+from memrl.core import files as json_files
+from memrl.core.errors import MemrlError
 
 Label = Literal["A", "B", "C"]
 LABELS: tuple[Label, ...] = ("A", "B", "C")

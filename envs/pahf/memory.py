@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from memrl.errors import MemrlError, closest, first_line
+from memrl.core.errors import MemrlError, closest, first_line
 
 SCORE_DECIMALS = 9  # far below float32 noise, far above float64 noise: equal vectors tie whatever the BLAS order
 MEMORY_KINDS: tuple[str, ...] = ("sqlite", "faiss")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memrl.core.errors import MemrlError
 from memrl.envs.pahf.agent import FAILURE_KINDS, Task
 from memrl.envs.pahf.config import PahfEvalConfig
 from memrl.envs.pahf.embodied import EmbodiedTask, embodied_feedback, embodied_task
@@ -25,7 +26,6 @@ from memrl.envs.pahf.formats import (
 )
 from memrl.envs.pahf.shopping import Style, gold, rule_feedback
 from memrl.envs.pahf.users import PersonaLLM, embodied_wanted, rule_embodied_answer, rule_shopping_answer
-from memrl.errors import MemrlError
 
 PHASES = (1, 2, 3, 4)
 LEARNING = (1, 3)  # phases with questions and feedback; 2 and 4 test on memory alone

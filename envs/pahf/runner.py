@@ -21,15 +21,15 @@ from typing import Any
 
 from rich.console import Console
 
-from memrl.context import progress
+from memrl.core.errors import BackendError, first_line
+from memrl.core.jsonl import ResumableJsonl
+from memrl.core.progress import progress
 from memrl.envs.actors import EnvRun, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
 from memrl.envs.pahf.agent import ABILITIES, MemoryWriter, PahfAgent
 from memrl.envs.pahf.config import PahfEvalConfig
 from memrl.envs.pahf.memory import MemoryStore, build_memory
 from memrl.envs.pahf.protocol import Job, build_task, plan_jobs
 from memrl.envs.pahf.users import PersonaLLM
-from memrl.errors import BackendError, first_line
-from memrl.jsonl import ResumableJsonl
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt
 
+from memrl.core.schema import StrictModel
 from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
-from memrl.schema import StrictModel
 
 DEFAULT_CHAT_MODEL = HFModelConfig(backend="hf", model="smollm2")
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from memrl import json_files
+from memrl.core import files as json_files
 from memrl.envs.tod.schema import Schemas, TodDataError
 
 Stage = Literal["incomplete", "updating", "confirming"]

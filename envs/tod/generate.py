@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from memrl.core.jsonl import ResumableJsonl
 from memrl.envs.tod.formats import Individual, Session, Stage, individual_path, write_individual
 from memrl.envs.tod.schema import TodDataError
 from memrl.envs.tod.sgd import Goal
-from memrl.jsonl import ResumableJsonl
 
 TWO_SESSION_RATE = 0.1  # share of tasks (3+ slots) written without an updating session
 EXTRA_RESTATE_RATE = 0.3  # how often the confirming user restates one slot besides the anchor

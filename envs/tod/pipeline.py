@@ -21,7 +21,7 @@ from memrl.envs.tod.retrieval import Candidate, Retriever, fuse, retrieve
 from memrl.envs.tod.schema import Schemas
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
-from memrl.train.judger import JudgerInput
+from memrl.rollout.judger import JudgerInput
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from typing import Any
 
 from rich.console import Console
 
-from memrl.context import progress
+from memrl.core.errors import BackendError, MemrlError, first_line
+from memrl.core.jsonl import ResumableJsonl
+from memrl.core.progress import progress
 from memrl.envs.actors import FAILED_FILE, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
 from memrl.envs.tod.config import TodEvalConfig
 from memrl.envs.tod.formats import Individual, Session, Turn, load_tod_dir
@@ -32,8 +34,6 @@ from memrl.envs.tod.reader import ReaderRequest, Reply, build_reader, phrases
 from memrl.envs.tod.reasoning import filled_slots
 from memrl.envs.tod.retrieval import build_retriever
 from memrl.envs.tod.schema import Schemas, load_schemas
-from memrl.errors import BackendError, MemrlError, first_line
-from memrl.jsonl import ResumableJsonl
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig, SamplingConfig
@@ -147,7 +147,7 @@ class SessionRunner:
         llm = self._build(roles.llm)
         judger = None
         if cfg.judger is not None:
-            from memrl.train.judger import load_judger
+            from memrl.rollout.judger import load_judger
 
             judger = load_judger(cfg.judger)
         selector = MemorySelector(build_retriever(cfg.retriever), judger, cfg.alpha, cfg.top_k, cfg.top_units)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memrl import json_files
-from memrl.errors import MemrlError, closest
+from memrl.core import files as json_files
+from memrl.core.errors import MemrlError, closest
 
 
 class TodDataError(MemrlError):

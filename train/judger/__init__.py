@@ -1,9 +1,1 @@
-"""The memory judger: P(a stored QA pair fills a slot the dialogue is missing), trained with BCE.
-
-Import-light: torch and transformers load when a judger is trained or loaded, not on import.
-"""
-
-from memrl.train.judger.inputs import JudgerInput
-from memrl.train.judger.scorer import JudgerScorer, load_judger
-
-__all__ = ["JudgerInput", "JudgerScorer", "load_judger"]
+"""Training and evaluating the memory judger (BCE); scoring with one lives in memrl.rollout.judger."""

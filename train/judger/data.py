@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl.errors import ConfigError
-from memrl.train.judger.heads import Head
-from memrl.train.judger.inputs import JudgerInput
+from memrl.core.errors import ConfigError
+from memrl.rollout.judger.heads import Head
+from memrl.rollout.judger.inputs import JudgerInput
 
 PAIRS_FILE = "pairs.jsonl"
 REQUIRED = ("key", "query_id", "context", "missing_slots", "question", "answer", "label")

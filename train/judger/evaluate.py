@@ -16,14 +16,14 @@ from typing import Any
 
 from rich.console import Console
 
-from memrl.context import progress
+from memrl.core.errors import ConfigError
+from memrl.core.jsonl import ResumableJsonl
+from memrl.core.progress import progress
 from memrl.envs.tod.ranking import auc, mean_recall_at_k
 from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, retrieve
-from memrl.errors import ConfigError
-from memrl.jsonl import ResumableJsonl
+from memrl.rollout.judger.inputs import JudgerInput
+from memrl.rollout.judger.scorer import JUDGER_FILE
 from memrl.train.judger.data import read_pairs
-from memrl.train.judger.inputs import JudgerInput
-from memrl.train.judger.trainer import JUDGER_FILE
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 KS = (1, 3, 5)
@@ -33,7 +33,7 @@ def score_pairs(
     judger: str, rows: Sequence[dict[str, Any]], out: Path, batch_size: int, console: Console
 ) -> dict[str, float]:
     """Judger probability per pair key, reusing the scores a previous run wrote."""
-    from memrl.train.judger.scorer import judger_folder, load_judger
+    from memrl.rollout.judger.scorer import judger_folder, load_judger
 
     # Scores of another judger (or of this folder before it was retrained) must not be reused.
     folder = judger_folder(judger)

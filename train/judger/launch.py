@@ -1,4 +1,4 @@
-"""Multi-GPU judger training: torchrun runs `memrl.train.judger.main` once per GPU; DeepSpeed ZeRO configs.
+"""Multi-GPU judger training: torchrun runs `memrl.app.judger_main` once per GPU; DeepSpeed ZeRO configs.
 
 Several nodes: every node runs the same `memrl run` with NODE_RANK, MASTER_ADDR (and MASTER_PORT) set; the
 printed command keeps those as `${NAME}` references for the same reason.
@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 from memrl.train.config import ClusterConfig
 
-ENTRY = "memrl.train.judger.main"
+ENTRY = "memrl.app.judger_main"
 BUNDLED_DEEPSPEED = ("zero2", "zero3")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 

@@ -10,46 +10,18 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl.errors import ConfigError
+from memrl.core.checkpoints import CheckpointInfo, portable_ref, resolve_model
+from memrl.core.errors import ConfigError
 from memrl.rewards.bce import auto_pos_weight, judger_bce
-from memrl.train.checkpoints import CheckpointInfo, portable_ref, resolve_model
+from memrl.rollout.judger.heads import Head, build_head
+from memrl.rollout.judger.scorer import JudgerInfo
 from memrl.train.config import JudgerStage
 from memrl.train.judger.data import Collator, PairsDataset, read_pairs, require_pairs
-from memrl.train.judger.heads import Head, build_head
 from memrl.train.judger.launch import deepspeed_config
 from memrl.train.trl_common import TrainContext, apply_overrides, base_args, resume_point
-
-JUDGER_FILE = "memrl_judger.json"
-
-
-@dataclass(frozen=True)
-class JudgerInfo:
-    """What a scorer needs to rebuild the judger: the head, its base, the input budget, adapter or merged."""
-
-    head: str
-    base: str
-    max_length: int
-    adapter: bool
-
-    def save(self, folder: Path) -> None:
-        (folder / JUDGER_FILE).write_text(json.dumps(asdict(self), indent=2))
-
-    @classmethod
-    def read(cls, folder: Path) -> JudgerInfo:
-        path = folder / JUDGER_FILE
-        if not folder.is_dir():
-            raise ConfigError(f"judger {folder} does not exist")
-        if not path.is_file():
-            raise ConfigError(f"{folder} is not a trained judger: {JUDGER_FILE} is missing")
-        try:
-            data = json.loads(path.read_text())
-            return cls(str(data["head"]), str(data["base"]), int(data["max_length"]), bool(data["adapter"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise ConfigError(f"{path}: expected a JSON object with head, base, max_length, adapter") from None
 
 
 def _trainer_class() -> type:

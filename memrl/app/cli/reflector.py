@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 
 console = Console(stderr=True)
 
@@ -24,7 +24,7 @@ def export(
     ] = None,
 ) -> None:
     """Merge LoRA into the base and write safetensors, tokenizer and a model card."""
-    from memrl.train.checkpoints import final_dir
+    from memrl.core.checkpoints import final_dir
     from memrl.train.export import export_checkpoint
 
     source = final_dir(checkpoint)
@@ -35,7 +35,7 @@ def export(
 
 def _base_of(model: str) -> str:
     """The untrained model a reflector came from (export metadata or checkpoint info), for the online baseline."""
-    from memrl.train.checkpoints import read_info, resolve_model
+    from memrl.core.checkpoints import read_info, resolve_model
     from memrl.train.export import EXPORT_FILE
 
     folder = Path(resolve_model(model))
@@ -69,8 +69,8 @@ def eval_reflector(
 
     A rerun with the same --out reuses the reflections already generated.
     """
+    from memrl.app.cli.reward import judge_config
     from memrl.envs.collab.config import CollabEvalConfig
-    from memrl.reward_cli import judge_config
     from memrl.rewards.config import RewardConfig
     from memrl.rollout.base import SamplingParams
     from memrl.rollout.config import HFModelConfig

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 
 console = Console(stderr=True)
 
@@ -65,12 +65,12 @@ def eval_tod(
     """
     from pydantic import ValidationError
 
+    from memrl.app.recipe import describe_error
     from memrl.envs.actors import claim_output
     from memrl.envs.collab.config import model_from_spec
     from memrl.envs.tod.config import TodEvalConfig
     from memrl.envs.tod.metrics import compute_metrics
     from memrl.envs.tod.runner import SESSIONS_FILE, run_tod
-    from memrl.recipe import describe_error
 
     spec: dict[str, Any] = {
         "data": data,

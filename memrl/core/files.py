@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memrl.errors import MemrlError
+from memrl.core.errors import MemrlError
 
 
 def read_json(path: str | Path, error: type[MemrlError] = MemrlError) -> Any:

@@ -19,8 +19,8 @@ from typing import Any, Union
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from memrl.config import Recipe
-from memrl.errors import ConfigError, closest
+from memrl.app.config import Recipe
+from memrl.core.errors import ConfigError, closest
 
 Key = str | int
 RESOLVED_NAME = "recipe.resolved.yaml"  # what every run writes into its folder; `memrl resume` reads it back

@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl.train.checkpoints import final_dir, resolve_model
-from memrl.train.judger.heads import Head, build_head
-from memrl.train.judger.inputs import JudgerInput
-from memrl.train.judger.trainer import JudgerInfo
+from memrl.core.checkpoints import final_dir, resolve_model
+from memrl.core.errors import ConfigError
+from memrl.rollout.judger.heads import Head, build_head
+from memrl.rollout.judger.inputs import JudgerInput
+
+JUDGER_FILE = "memrl_judger.json"
+
+
+@dataclass(frozen=True)
+class JudgerInfo:
+    """What a scorer needs to rebuild the judger: the head, its base, the input budget, adapter or merged."""
+
+    head: str
+    base: str
+    max_length: int
+    adapter: bool
+
+    def save(self, folder: Path) -> None:
+        (folder / JUDGER_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def read(cls, folder: Path) -> JudgerInfo:
+        path = folder / JUDGER_FILE
+        if not folder.is_dir():
+            raise ConfigError(f"judger {folder} does not exist")
+        if not path.is_file():
+            raise ConfigError(f"{folder} is not a trained judger: {JUDGER_FILE} is missing")
+        try:
+            data = json.loads(path.read_text())
+            return cls(str(data["head"]), str(data["base"]), int(data["max_length"]), bool(data["adapter"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise ConfigError(f"{path}: expected a JSON object with head, base, max_length, adapter") from None
 
 
 class JudgerScorer:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 
 console = Console(stderr=True)
 
@@ -60,10 +60,10 @@ def eval_pahf(
     """
     from pydantic import ValidationError
 
+    from memrl.app.recipe import describe_error
     from memrl.envs.actors import claim_output
     from memrl.envs.collab.config import model_from_spec
     from memrl.envs.pahf.config import PahfEvalConfig
-    from memrl.recipe import describe_error
 
     spec: dict[str, Any] = {
         "domain": domain,

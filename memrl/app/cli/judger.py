@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 
 console = Console(stderr=True)
 

@@ -13,8 +13,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from memrl.errors import ConfigError
-from memrl.train.judger.inputs import JudgerInput, causal_prompt, cross_encoder_pair, uses_chat_template
+from memrl.core.errors import ConfigError
+from memrl.rollout.judger.inputs import JudgerInput, causal_prompt, cross_encoder_pair, uses_chat_template
 
 
 class Head(ABC):

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from memrl.config import EvalReflectorStage, ExportStage, ReflectionDataStage
-from memrl.context import RunContext
-from memrl.train.checkpoints import (
+from memrl.app.config import EvalReflectorStage, ExportStage, ReflectionDataStage
+from memrl.app.context import RunContext
+from memrl.core.checkpoints import (
     CheckpointInfo,
     adapter_base,
     final_dir,

@@ -33,9 +33,9 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from memrl.config import Recipe, ReflectionDataStage
-from memrl.errors import ConfigError, MemrlError, first_line
-from memrl.recipe import LoadedRecipe, describe_error, interpolate
+from memrl.app.config import Recipe, ReflectionDataStage
+from memrl.app.recipe import LoadedRecipe, describe_error, interpolate
+from memrl.core.errors import ConfigError, MemrlError, first_line
 from memrl.train.config import GRPOStage, SFTStage
 
 LAUNCH_DIR = ".memrl-launch"
@@ -161,7 +161,7 @@ def excludes(working_dir: Path, run_dir: Path) -> list[str]:
 
 
 def referenced_env(loaded: LoadedRecipe) -> list[str]:
-    from memrl.recipe import _ENV_REF
+    from memrl.app.recipe import _ENV_REF
 
     return sorted({m.group(1) for template in loaded.env_templates.values() for m in _ENV_REF.finditer(template)})
 
@@ -277,8 +277,8 @@ def plan(
 
 def describe(job: JobPlan, address: str, echo: Any) -> None:
     """Print, stage by stage, the job's entrypoint, its runtime_env (secrets masked) and what the stage runs."""
-    from memrl.context import RunContext
-    from memrl.stages import RUNNERS
+    from memrl.app.context import RunContext
+    from memrl.app.stages import RUNNERS
 
     echo(f"launch {job.recipe.name!r} on {address} (dry run: nothing is submitted or written)")
     echo(f"job recipe: {job.path} (written at launch; outputs in {job.recipe.run_dir})")

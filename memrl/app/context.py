@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 
 if TYPE_CHECKING:  # the recipe schema imports every layer; the collab runner only needs `progress`
-    from memrl.config import Recipe
+    from memrl.app.config import Recipe
 
 
 @dataclass
@@ -47,14 +46,3 @@ class RunContext:
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()
-
-
-def progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )

@@ -7,10 +7,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+from memrl.core.schema import StrictModel
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.rewards.config import RewardConfig
 from memrl.rollout.config import ModelConfig, SamplingConfig
-from memrl.schema import StrictModel
 from memrl.train.config import GRPOStage, JudgerStage, SFTStage
 
 

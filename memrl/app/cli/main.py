@@ -12,15 +12,15 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from memrl.data_cli import data_app
-from memrl.envs.collab.cli import collab_app, eval_collab
-from memrl.envs.pahf.cli import pahf_app
-from memrl.envs.pahf.eval_cli import eval_pahf
-from memrl.envs.tod.cli import eval_tod
-from memrl.errors import MemrlError
-from memrl.judger_cli import eval_judger
-from memrl.reflector_cli import eval_reflector, export
-from memrl.reward_cli import reward_app
+from memrl.app.cli.collab import collab_app, eval_collab
+from memrl.app.cli.data import data_app
+from memrl.app.cli.judger import eval_judger
+from memrl.app.cli.pahf import pahf_app
+from memrl.app.cli.pahf_eval import eval_pahf
+from memrl.app.cli.reflector import eval_reflector, export
+from memrl.app.cli.reward import reward_app
+from memrl.app.cli.tod import eval_tod
+from memrl.core.errors import MemrlError
 
 app = typer.Typer(
     help="memrl: train the memory of long-term conversational agents with reinforcement learning.",
@@ -75,8 +75,8 @@ def run(
     ),
 ) -> None:
     """Run a recipe's stages in order; writes the resolved recipe next to the outputs. A rerun resumes."""
-    from memrl.recipe import load_recipe
-    from memrl.stages import run_recipe
+    from memrl.app.recipe import load_recipe
+    from memrl.app.stages import run_recipe
 
     run_dir = run_recipe(load_recipe(recipe, overrides or [], smoke=smoke), console, only=stage, dry_run=dry_run)
     console.print(f"done: {run_dir}")
@@ -89,7 +89,7 @@ def resume(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what each stage would run")] = False,
 ) -> None:
     """Rerun the run saved in RUN_DIR: finished stages are skipped, a killed one continues from its last checkpoint."""
-    from memrl.stages import resume_run
+    from memrl.app.stages import resume_run
 
     console.print(f"done: {resume_run(run_dir, console, only=stage, dry_run=dry_run)}")
 
@@ -108,9 +108,9 @@ def launch(
     ] = False,
 ) -> None:
     """Submit a recipe's stages to a Ray cluster as jobs, one per stage, in order. A relaunch resumes."""
-    from memrl.launch import StageFailed, dashboard_url, describe, plan
-    from memrl.launch import launch as submit
-    from memrl.recipe import load_recipe
+    from memrl.app.launch import StageFailed, dashboard_url, describe, plan
+    from memrl.app.launch import launch as submit
+    from memrl.app.recipe import load_recipe
 
     loaded = load_recipe(recipe, overrides or [], smoke=smoke)
     if dry_run:
@@ -129,7 +129,7 @@ def launch(
 @recipes_app.command("list")
 def recipes_list() -> None:
     """Recipes shipped with memrl."""
-    from memrl.recipe import bundled_recipes, compose
+    from memrl.app.recipe import bundled_recipes, compose
 
     table = Table("name", "description")
     for name, path in sorted(bundled_recipes().items()):
@@ -143,7 +143,7 @@ def recipes_show(
     overrides: Overrides = None,
 ) -> None:
     """Print the resolved, validated recipe (environment references kept, secrets never shown)."""
-    from memrl.recipe import load_recipe
+    from memrl.app.recipe import load_recipe
 
     loaded = load_recipe(recipe, overrides or [])
     typer.echo(yaml.safe_dump(loaded.resolved(), sort_keys=False), nl=False)
@@ -155,7 +155,7 @@ def recipes_show(
 @models_app.command("list")
 def models_list() -> None:
     """Embedded models and whether they are prepared."""
-    from memrl import models
+    from memrl.core import models
 
     table = Table("name", "aliases", "kind", "prepared", "description")
     for m in models.REGISTRY.values():
@@ -167,7 +167,7 @@ def models_list() -> None:
 @models_app.command("pull")
 def models_pull(names: Annotated[list[str], typer.Argument(help="embedded model names, or 'all'")]) -> None:
     """Prepare embedded models in the cache ($MEMRL_CACHE, default ~/.cache/memrl); idempotent."""
-    from memrl import models
+    from memrl.core import models
 
     wanted = list(models.REGISTRY) if names == ["all"] else names
     for name in wanted:
@@ -234,7 +234,7 @@ def serve(
     engine: Annotated[str, typer.Option(help="auto | transformers | vllm")] = "auto",
 ) -> None:
     """Serve a model over an OpenAI-compatible API on 127.0.0.1 until Ctrl-C."""
-    from memrl.errors import ConfigError
+    from memrl.core.errors import ConfigError
     from memrl.rollout.serve import LocalServer
 
     if engine not in ("auto", "transformers", "vllm"):

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 
 reward_app = typer.Typer(help="The reflection reward: judge coverage + format.", no_args_is_help=True)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memrl.errors import ModelNotFoundError
+from memrl.core.errors import ModelNotFoundError
 
 CACHE_ENV = "MEMRL_CACHE"
 _READY = "memrl-model.json"
@@ -57,7 +57,7 @@ def _link_minilm(out: Path) -> None:
 
 def _tiny(arch: str) -> Callable[[Path], None]:
     def build(out: Path) -> None:
-        from memrl.tiny import build_tiny_model
+        from memrl.core.tiny import build_tiny_model
 
         build_tiny_model(arch, out)
 

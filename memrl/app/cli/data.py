@@ -35,8 +35,8 @@ def reflection(
     ] = Gold.COMPOSED,
 ) -> None:
     """Reflection SFT/RL data from collab sessions; train and eval must share no user and no problem."""
+    from memrl.core.errors import ConfigError
     from memrl.data_gen.reflection import build_from_sessions, load_sessions, write_dataset
-    from memrl.errors import ConfigError
 
     train_records = [s for path in train_sessions for s in load_sessions(path)]
     eval_records = [s for path in eval_sessions for s in load_sessions(path)]
@@ -112,7 +112,7 @@ def judger(
     import json
     import sys
 
-    from memrl.errors import ConfigError
+    from memrl.core.errors import ConfigError
 
     if eval_individuals is not None and eval_fraction is not None:
         raise ConfigError("pass --eval-individuals or --eval-fraction, not both")

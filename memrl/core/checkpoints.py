@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl import models
-from memrl.errors import ConfigError
+from memrl.core import models
+from memrl.core.errors import ConfigError
 
 INFO_FILE = "memrl_checkpoint.json"
 ADAPTER_CONFIG = "adapter_config.json"

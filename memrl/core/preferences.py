@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from memrl.errors import ConfigError, closest
+from memrl.core.errors import ConfigError, closest
 
 
 class Category(StrEnum):
@@ -267,3 +267,28 @@ def from_original(text: str) -> Preference:
 def as_prompt_text(p: Preference) -> str:
     """What a user simulator or an agent oracle is told about the preference."""
     return f"{p.description} {p.enforce_when}"
+
+
+# One request per preference, in the user's voice; the rule user names exactly what was violated.
+REQUESTS: dict[str, str] = {
+    "direct": "Skip the preamble and get straight to the point.",
+    "narrative": "Could you explain that in a more conversational, connected way?",
+    "polite": "Please be a bit friendlier and more courteous with me.",
+    "blunt": "No pleasantries or apologies, please; just be blunt.",
+    "analytic": "State your assumptions and show each reasoning step before the conclusion.",
+    "intuitive": "Start with the big-picture idea before the details.",
+    "incremental": "Give me one small step at a time and check with me before moving on.",
+    "holistic": "Don't split it up or keep asking whether to continue; give me the whole thing.",
+    "proactive": "End your answer with a suggestion for what I could do next.",
+    "no-suggestions": "Answer only what I asked, without extra suggestions or next steps.",
+    "takeaways": "Before we wrap up, give me the key takeaways.",
+    "multiple-approaches": "Show me more than one way to do this, with the trade-offs of each.",
+    "outline-first": "Start with a short outline of what you are going to cover.",
+    "examples": "Include an example or an analogy, please.",
+    "three-sentences": "Keep replies to three sentences at most.",
+    "bullets": "Put that in bullet points.",
+    "numbered-steps": "Number the steps, please.",
+    "headings": "Use a heading for each section.",
+    "tldr": "End with a one-line TL;DR.",
+    "confidence": "Tell me how confident you are in that answer.",
+}

@@ -6,9 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from memrl.config import EvalJudgerStage
-from memrl.context import RunContext
-from memrl.errors import ConfigError, MemrlError
+from memrl.app.config import EvalJudgerStage
+from memrl.app.context import RunContext
+from memrl.core.errors import ConfigError, MemrlError
 from memrl.train.config import JudgerStage
 from memrl.train.trl_common import is_finished
 
@@ -42,9 +42,9 @@ def run_judger(stage: JudgerStage, ctx: RunContext, name: str) -> None:
             highlight=False,
         )
         return
+    from memrl.app.stages.reflection import train_context
     from memrl.train.judger.data import require_pairs
     from memrl.train.judger.trainer import train_judger
-    from memrl.train.stages import train_context
     from memrl.train.trl_common import resume_point
 
     require_pairs(data, "train")

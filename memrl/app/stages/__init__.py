@@ -11,8 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from memrl import models
-from memrl.config import (
+from memrl.app.config import (
     EvalJudgerStage,
     EvalReflectorStage,
     ExportStage,
@@ -20,14 +19,16 @@ from memrl.config import (
     PullModelsStage,
     ReflectionDataStage,
 )
-from memrl.context import RunContext, progress
-from memrl.errors import ConfigError
-from memrl.jsonl import ResumableJsonl
-from memrl.recipe import RESOLVED_NAME, LoadedRecipe, load_recipe
+from memrl.app.context import RunContext
+from memrl.app.recipe import RESOLVED_NAME, LoadedRecipe, load_recipe
+from memrl.app.stages import judger as judger_stages
+from memrl.app.stages import reflection as pipeline
+from memrl.core import models
+from memrl.core.errors import ConfigError
+from memrl.core.jsonl import ResumableJsonl
+from memrl.core.progress import progress
 from memrl.rollout.base import Message
-from memrl.train import stages as pipeline
 from memrl.train.config import GRPOStage, JudgerStage, SFTStage
-from memrl.train.judger import stages as judger_stages
 
 
 def run_pull_models(stage: PullModelsStage, ctx: RunContext, name: str) -> None:

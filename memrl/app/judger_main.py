@@ -1,6 +1,6 @@
 """Entry point torchrun starts once per GPU: train one judger stage of a resolved recipe.
 
-torchrun --nproc-per-node=8 -m memrl.train.judger.main runs/NAME/recipe.resolved.yaml --stage judger
+torchrun --nproc-per-node=8 -m memrl.app.judger_main runs/NAME/recipe.resolved.yaml --stage judger
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from memrl.errors import MemrlError
+from memrl.core.errors import MemrlError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memrl.train.judger.main", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m memrl.app.judger_main", description=__doc__)
     parser.add_argument("recipe", help="a recipe file (the run folder's recipe.resolved.yaml)")
     parser.add_argument("--stage", required=True, help="the judger stage to train")
     args = parser.parse_args(argv)
@@ -30,13 +30,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def train(recipe_ref: str, name: str, console: Console) -> None:
-    from memrl.context import RunContext
-    from memrl.errors import ConfigError
-    from memrl.recipe import load_recipe
+    from memrl.app.context import RunContext
+    from memrl.app.recipe import load_recipe
+    from memrl.app.stages.judger import data_ref
+    from memrl.app.stages.reflection import train_context
+    from memrl.core.errors import ConfigError
     from memrl.train.config import JudgerStage
-    from memrl.train.judger.stages import data_ref
     from memrl.train.judger.trainer import train_judger
-    from memrl.train.stages import train_context
 
     recipe = load_recipe(recipe_ref).recipe
     os.environ.setdefault("WANDB_MODE", recipe.logging.mode)

@@ -60,8 +60,8 @@ def load_scenario(spec: str) -> ShoppingScenario:
 
 
 def _table(path: Path, user: str | None, scenario: ShoppingScenario) -> PersonaTable:
+    from memrl.core.errors import closest
     from memrl.envs.pahf.formats import PahfDataError, load_persona_tables
-    from memrl.errors import closest
 
     tables = load_persona_tables(path)
     name = user or scenario.user

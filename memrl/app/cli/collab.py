@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memrl.errors import ConfigError
+from memrl.core.errors import ConfigError
 
 collab_app = typer.Typer(help="MultiSessionCollab: preferences, checkers, comparisons.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -21,7 +21,7 @@ console = Console(stderr=True)
 @collab_app.command("preferences")
 def preferences(as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False) -> None:
     """The 20 interaction preferences: id, category, and whether a checker or only a judge can decide them."""
-    from memrl.envs.collab.preferences import TAXONOMY
+    from memrl.core.preferences import TAXONOMY
 
     if as_json:
         for p in TAXONOMY.values():
@@ -46,9 +46,9 @@ def check(
     ] = None,
 ) -> None:
     """Run one preference's checker on a response; prints {"preference", "verdict", "reason"}."""
+    from memrl.core.preferences import get_preference
     from memrl.envs.collab.checkers import TurnContext, is_clarifying_question
     from memrl.envs.collab.checkers import check as run_check
-    from memrl.envs.collab.preferences import get_preference
 
     get_preference(preference)  # an unknown id is the first thing to report
     if not response_file.is_file():
@@ -114,12 +114,12 @@ def eval_collab(
     """
     from pydantic import ValidationError
 
+    from memrl.app.recipe import describe_error
     from memrl.envs.actors import claim_output
     from memrl.envs.collab.config import CollabEvalConfig, model_from_spec
     from memrl.envs.collab.metrics import write_report
     from memrl.envs.collab.problems import get_task
     from memrl.envs.collab.runner import collab_run
-    from memrl.recipe import describe_error
     from memrl.rollout.config import OpenAIModelConfig
 
     spec = {
