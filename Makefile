@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 2
 # Pinned everywhere, package build environments included, or pip pulls a CUDA torch of several GB.
 export PIP_CONSTRAINT := $(CURDIR)/constraints/cpu.txt
 
-.PHONY: setup quickstart test pytest lint typecheck llamafactory bench clean
+.PHONY: setup quickstart test pytest test-fast lint typecheck llamafactory bench clean
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,10 @@ test: setup lint typecheck pytest
 
 pytest: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+# The fast tier: everything but the tests marked slow (training, serving, Ray); see pyproject's markers.
+test-fast: setup
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # ruff, then the import-linter contracts of pyproject.toml (imports point down the layers; see docs/architecture.md).
 lint: setup

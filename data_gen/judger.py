@@ -9,7 +9,6 @@ Layout: `J/train/pairs.jsonl`, `J/eval/pairs.jsonl`, `J/stats.json`.
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import MemrlError
-from memrl.envs.tod.formats import Individual, Session, as_dicts, atomic_write_json, load_tod_dir
+from memrl.core.files import atomic_write_json, atomic_writer
+from memrl.core.splits import check_disjoint as check_splits_disjoint
+from memrl.envs.tod.formats import Individual, Session, as_dicts, load_tod_dir
 from memrl.envs.tod.labels import NEGATIVE_KINDS, label
 from memrl.envs.tod.memory import MemoryBank, load_memory_banks
 from memrl.envs.tod.reasoning import filled_slots, schema_intent_query, schema_missing_slots
@@ -92,12 +93,13 @@ def split_individuals(
 
 def check_disjoint(train: Iterable[Mapping[str, Any]], eval_: Iterable[Mapping[str, Any]]) -> None:
     """Fail when a persona id appears in both splits' rows."""
-    shared = sorted({int(r["persona_id"]) for r in train} & {int(r["persona_id"]) for r in eval_})
-    if shared:
-        raise MemrlError(
-            f"train and eval share {len(shared)} individual(s): persona {', '.join(map(str, shared))}; "
-            "split the judger data by individual"
-        )
+    check_splits_disjoint(
+        train,
+        eval_,
+        key=lambda r: int(r["persona_id"]),
+        message="train and eval share {n} individual(s): persona {shared}; split the judger data by individual",
+        error=MemrlError,
+    )
 
 
 def split_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -119,12 +121,10 @@ def split_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def write_rows(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
+    """One JSON object a line, written atomically."""
+    with atomic_writer(path) as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
     return path
 
 
@@ -172,5 +172,5 @@ def build_judger_dataset(
         "individuals": {"train": train_ids, "eval": eval_ids},
         **{name: split_stats(rows) for name, rows in splits.items()},
     }
-    atomic_write_json(stats, out / "stats.json")
+    atomic_write_json(out / "stats.json", stats)
     return stats

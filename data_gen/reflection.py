@@ -8,12 +8,14 @@ run's own reflector, a strong teacher (`teacher`). Train and eval must share no 
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from memrl.core.errors import ConfigError
+from memrl.core.splits import check_disjoint as check_splits_disjoint
 from memrl.data_gen.gold import NOTES, compose_notes, compose_reasoning, gold_json
 from memrl.data_gen.records import ReflectionRecord
 from memrl.data_gen.writers import Stats, write_dataset
@@ -211,13 +213,13 @@ def build_records(
 def check_disjoint(train: Sequence[ReflectionRecord], eval_: Sequence[ReflectionRecord]) -> None:
     """ConfigError (one line, one example) when train and eval share a user or a problem."""
     for what, attr in (("user", "user_id"), ("problem", "problem_id")):
-        train_values = {getattr(r, attr) for r in train}
-        shared = sorted({getattr(r, attr) for r in eval_} & train_values)
-        if shared:
-            raise ConfigError(
-                f"train and eval share {len(shared)} {what}(s), e.g. {shared[0]!r}: "
-                "generate them from disjoint splits (collab `split: train|eval`)"
-            )
+        check_splits_disjoint(
+            train,
+            eval_,
+            key=operator.attrgetter(attr),
+            message=f"train and eval share {{n}} {what}(s), e.g. {{example!r}}: "
+            "generate them from disjoint splits (collab `split: train|eval`)",
+        )
 
 
 def build_from_sessions(

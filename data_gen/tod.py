@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl.envs.tod.formats import Individual, atomic_write_json, load_individual
+from memrl.core.files import atomic_write_json
+from memrl.envs.tod.formats import Individual, load_individual
 from memrl.envs.tod.generate import GenerationStats, IndividualPlan, SessionWriter, check_run_config, generate
 from memrl.envs.tod.generate import plan_individuals as plan
 from memrl.envs.tod.memory import (
@@ -66,8 +67,8 @@ def plan_from(source: Source, cfg: TodDataConfig) -> list[IndividualPlan]:
 
 
 def make_backend(spec: str) -> ChatBackend:
-    from memrl.envs.collab.config import model_from_spec
     from memrl.rollout.builder import build_backend
+    from memrl.rollout.config import model_from_spec
 
     return build_backend(model_from_spec(spec))
 
@@ -144,7 +145,7 @@ def build_tod_dataset(
     used = {s.service for ind in individuals for s in ind.sessions}
     source.schemas.subset(used).write(out / "schema.json")
     stats = dataset_stats(individuals, source, cfg, gen, builder.failures)
-    atomic_write_json(stats, out / "stats.json")
+    atomic_write_json(out / "stats.json", stats)
     return stats, gen
 
 

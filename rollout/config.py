@@ -46,6 +46,14 @@ class VLLMModelConfig(StrictModel):
 ModelConfig = Annotated[HFModelConfig | OpenAIModelConfig | VLLMModelConfig, Field(discriminator="backend")]
 
 
+def model_from_spec(spec: str, max_concurrency: int = 32) -> ModelConfig:
+    """`NAME` (embedded name, local path or hub id, served locally) or `NAME@URL` (an OpenAI-compatible endpoint)."""
+    name, sep, url = spec.partition("@")
+    if sep and url.startswith(("http://", "https://")):
+        return OpenAIModelConfig(backend="openai", model=name, endpoint=url, max_concurrency=max_concurrency)
+    return HFModelConfig(backend="hf", model=spec)
+
+
 class SamplingConfig(StrictModel):
     temperature: float = Field(default=1.0, ge=0)
     top_p: float = Field(default=1.0, gt=0, le=1)

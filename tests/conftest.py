@@ -11,10 +11,55 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Protocol
 
 import pytest
+
+MEMRL_ARGV = (sys.executable, "-m", "memrl")
+"""The CLI as a subprocess: `python -m memrl` in this interpreter. Tests that must kill it `Popen` this argv."""
+
+
+class MemrlCLI(Protocol):
+    """What the `memrl_cli` fixture returns; see `run_memrl`."""
+
+    def __call__(
+        self,
+        *args: object,
+        cwd: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 600,
+        check: bool = False,
+        start_new_session: bool = False,
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
+def run_memrl(
+    *args: object,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+    check: bool = False,
+    start_new_session: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`memrl ARGS...` (each arg str()-ed) with its text output captured; `check` raises on a non-zero exit."""
+    return subprocess.run(
+        [*MEMRL_ARGV, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        timeout=timeout,
+        check=check,
+        start_new_session=start_new_session,
+    )
+
+
+@pytest.fixture(scope="session")
+def memrl_cli() -> MemrlCLI:
+    """The one way tests run the CLI: `memrl_cli("recipes", "list", cwd=..., env=..., timeout=..., check=...)`."""
+    return run_memrl
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -43,10 +88,7 @@ def tiny_llama(model_cache: Path) -> str:
 def smoke_run(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`memrl run quickstart --smoke`, every stage on tiny-qwen2: one run the pipeline and resume tests read."""
     run = tmp_path_factory.mktemp("smoke")
-    result = subprocess.run(
-        [sys.executable, "-m", "memrl", "run", "quickstart", "--smoke", f"output_dir={run}"],
-        capture_output=True, text=True, cwd=run, timeout=900,
-    )  # fmt: skip
+    result = run_memrl("run", "quickstart", "--smoke", f"output_dir={run}", cwd=run, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return run
 

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import MemrlCLI
 
 from memrl.rollout.serve import free_port
-
-
-def memrl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memrl", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
@@ -25,14 +21,14 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: 
         assert fragment in errors[0]
 
 
-def test_recipe_with_a_typo(tmp_path: Path) -> None:
+def test_recipe_with_a_typo(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     typo = tmp_path / "typo.yaml"
     typo.write_text("extends: generate\nname: typo\nstages:\n  generate:\n    sampling:\n      max_tokns: 3\n")
-    assert_one_line_error(memrl("recipes", "show", str(typo)), "max_tokns", "did you mean 'max_tokens'")
+    assert_one_line_error(memrl_cli("recipes", "show", str(typo)), "max_tokns", "did you mean 'max_tokens'")
 
 
-def test_debug_shows_the_traceback() -> None:
-    result = memrl("--debug", "recipes", "show", "generate", "seed=x")
+def test_debug_shows_the_traceback(memrl_cli: MemrlCLI) -> None:
+    result = memrl_cli("--debug", "recipes", "show", "generate", "seed=x")
     assert result.returncode != 0
     assert "Traceback" in result.stderr and "ConfigError" in result.stderr
 
@@ -48,24 +44,26 @@ def test_debug_shows_the_traceback() -> None:
         (("serve", "--engine", "tgi"), ("--engine must be",)),
     ],
 )
-def test_bad_input_is_one_line(args: tuple[str, ...], fragments: tuple[str, ...], tmp_path: Path) -> None:
-    result = memrl(*args, cwd=tmp_path)
+def test_bad_input_is_one_line(
+    args: tuple[str, ...], fragments: tuple[str, ...], tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
+    result = memrl_cli(*args, cwd=tmp_path)
     assert_one_line_error(result, *fragments)
     if args[0] != "run":
         assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_unreachable_endpoint_is_one_line() -> None:
+def test_unreachable_endpoint_is_one_line(memrl_cli: MemrlCLI) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
-    result = memrl("chat", "--endpoint", url, "--retries", "1", "--timeout", "5", "hello")
+    result = memrl_cli("chat", "--endpoint", url, "--retries", "1", "--timeout", "5", "hello")
     assert_one_line_error(result, url, "unreachable", "1 retries")
 
 
-def test_vllm_backend_without_vllm_is_one_line(tmp_path: Path) -> None:
+def test_vllm_backend_without_vllm_is_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     recipe = tmp_path / "v.yaml"
     recipe.write_text(
         "extends: generate\nname: v\nmodels:\n  policy:\n    backend: vllm\n    model: tiny-qwen2\n"
         "stages:\n  pull:\n    models: [tiny-qwen2]\n"
     )
-    result = memrl("run", str(recipe), f"output_dir={tmp_path / 'out'}", "--stage", "generate", cwd=tmp_path)
+    result = memrl_cli("run", str(recipe), f"output_dir={tmp_path / 'out'}", "--stage", "generate", cwd=tmp_path)
     assert_one_line_error(result, "vLLM, which is not installed")

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MemrlCLI
 
 from memrl.rollout.serve import free_port
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
-MEMRL = [sys.executable, "-m", "memrl"]
 SECRET = "sekrit-4f2a"
 QUICKSTART_STAGES = ["pull", "data", "sft", "grpo", "export", "eval"]
 
@@ -43,10 +43,6 @@ def _env(**extra: str) -> dict[str, str]:
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # job entrypoints call `memrl` by name
         **extra,
     }
-
-
-def _memrl(*args: str, cwd: Path | None = None, timeout: float = 600, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*MEMRL, *args], capture_output=True, text=True, timeout=timeout, env=_env(**env), cwd=cwd)
 
 
 @dataclass
@@ -152,11 +148,13 @@ def _assert_spread(nodes: set[str], cluster: Cluster) -> None:
     assert nodes == alive  # envs.actors.spawn_workers deals workers round-robin over the live nodes
 
 
-def test_collab_eval_spreads_over_both_nodes(cluster: Cluster, tiny_qwen2: str, tmp_path: Path) -> None:
+def test_collab_eval_spreads_over_both_nodes(
+    cluster: Cluster, tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
     out = tmp_path / "collab"
-    result = _memrl(
+    result = memrl_cli(
         "eval", "collab", "--model", tiny_qwen2, "--users", "2", "--sessions", "1", "--max-turns", "2",
-        "--max-tokens", "8", "--workers", "2", "--ray-address", cluster.gcs, "--out", str(out),
+        "--max-tokens", "8", "--workers", "2", "--ray-address", cluster.gcs, "--out", str(out), env=_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(out / "sessions.jsonl")
@@ -169,17 +167,19 @@ def test_collab_eval_spreads_over_both_nodes(cluster: Cluster, tiny_qwen2: str, 
     _assert_spread({r["node"] for r in records}, cluster)
 
 
-def test_launch_runs_a_stage_as_a_ray_job(cluster: Cluster, tiny_qwen2: str, tmp_path: Path) -> None:
+def test_launch_runs_a_stage_as_a_ray_job(
+    cluster: Cluster, tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     work, run_dir = tmp_path / "work", tmp_path / "run"
     work.mkdir()
     (work / "notes.txt").write_text("uploaded as the job's working dir\n")
-    result = _memrl(
+    result = memrl_cli(
         "launch", "quickstart", "--smoke", "--ray-address", cluster.gcs, "--stage", "data", f"output_dir={run_dir}",
         "stages.data.train_users=2", "stages.data.eval_users=1", "stages.data.collab.sessions=1",
         "stages.data.collab.workers=2", "stages.data.collab.sampling.agent.max_tokens=8",
-        cwd=work, WANDB_API_KEY=SECRET,
+        cwd=work, env=_env(WANDB_API_KEY=SECRET),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     # The job's own log comes back on the console.
@@ -206,12 +206,12 @@ def test_launch_runs_a_stage_as_a_ray_job(cluster: Cluster, tiny_qwen2: str, tmp
     _assert_spread(nodes, cluster)  # the job's collab actors used both nodes
 
 
-def test_dry_run_prints_every_stage_and_masks_secrets(tmp_path: Path) -> None:
+def test_dry_run_prints_every_stage_and_masks_secrets(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     work, run_dir = tmp_path / "work", tmp_path / "run"
     work.mkdir()
-    result = _memrl(
+    result = memrl_cli(
         "launch", "quickstart", "--ray-address", "http://127.0.0.1:9", "--dry-run", f"output_dir={run_dir}",
-        cwd=work, WANDB_API_KEY=SECRET, HF_TOKEN=SECRET, MEMRL_PLAIN="shown",
+        cwd=work, env=_env(WANDB_API_KEY=SECRET, HF_TOKEN=SECRET, MEMRL_PLAIN="shown"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
@@ -233,9 +233,9 @@ def test_dry_run_prints_every_stage_and_masks_secrets(tmp_path: Path) -> None:
     assert not (work / ".memrl-launch").exists()
 
     # verl: the stage runs inside its job and joins the cluster; the recipe's nodes and GPUs reach verl.
-    verl = _memrl(
+    verl = memrl_cli(
         "launch", "reflector-qwen2.5-7b", "--ray-address", "http://head:8265", "--dry-run", "--stage", "grpo",
-        cwd=work,
+        cwd=work, env=_env(),
     )  # fmt: skip
     assert verl.returncode == 0, verl.stderr[-3000:]
     assert "-m verl.trainer.main_ppo" in verl.stdout
@@ -254,9 +254,9 @@ def test_dry_run_prints_every_stage_and_masks_secrets(tmp_path: Path) -> None:
         (["quickstart", "--ray-address", "127.0.0.1:{port}", "seed=x"], "seed"),
     ],
 )
-def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     port = str(free_port())
-    result = _memrl("launch", *(a.replace("{port}", port) for a in args), cwd=tmp_path, timeout=120)
+    result = memrl_cli("launch", *(a.replace("{port}", port) for a in args), cwd=tmp_path, timeout=120, env=_env())
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines

@@ -4,48 +4,49 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MemrlCLI
 
-MEMRL = [sys.executable, "-m", "memrl"]
 
-
-def _memrl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    return subprocess.run([*MEMRL, *args], capture_output=True, text=True, timeout=timeout, env=env)
+def _env() -> dict[str, str]:
+    """One thread per CLI process, and wide enough that rich does not wrap."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "sessions.jsonl").read_text().splitlines()]
 
 
-def test_preferences_lists_the_taxonomy() -> None:
-    result = _memrl("collab", "preferences", "--json")
+def test_preferences_lists_the_taxonomy(memrl_cli: MemrlCLI) -> None:
+    result = memrl_cli("collab", "preferences", "--json", env=_env())
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(rows) == 20
     judge_only = {r["id"] for r in rows if not r["checkable"]}
     assert judge_only == {"narrative", "intuitive"}
-    table = _memrl("collab", "preferences")
+    table = memrl_cli("collab", "preferences", env=_env())
     assert "three-sentences" in table.stdout
     assert "judge-only" in table.stdout
 
 
-def test_check_prints_one_verdict(tmp_path: Path) -> None:
+def test_check_prints_one_verdict(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     response = tmp_path / "r.txt"
     response.write_text("One. Two. Three. Four.")
-    result = _memrl("collab", "check", "--preference", "three-sentences", "--response-file", str(response))
+    result = memrl_cli(
+        "collab", "check", "--preference", "three-sentences", "--response-file", str(response), env=_env()
+    )
     assert result.returncode == 0, result.stderr
     verdict = json.loads(result.stdout)
     assert verdict["preference"] == "three-sentences"
     assert verdict["verdict"] == "violated"
     assert verdict["reason"]
     response.write_text("Here is the plan. We split the cost. Key takeaways: share the bill.")
-    wound = _memrl("collab", "check", "--preference", "takeaways", "--response-file", str(response), "--winding-down")
+    wound = memrl_cli(
+        "collab", "check", "--preference", "takeaways", "--response-file", str(response), "--winding-down", env=_env()
+    )
     assert json.loads(wound.stdout)["verdict"] == "satisfied"
 
 
@@ -59,8 +60,8 @@ def test_check_prints_one_verdict(tmp_path: Path) -> None:
         (["eval", "collab", "--simulator", "human", "--out", "o"], "simulator"),
     ],
 )
-def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path) -> None:
-    result = _memrl(*[a.replace("o", str(tmp_path / "o")) if a == "o" else a for a in args])
+def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    result = memrl_cli(*[a.replace("o", str(tmp_path / "o")) if a == "o" else a for a in args], env=_env())
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
@@ -68,10 +69,10 @@ def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Pa
     assert message in lines[0]
 
 
-def test_unreachable_endpoint_fails_in_one_line(tmp_path: Path) -> None:
-    result = _memrl(
+def test_unreachable_endpoint_fails_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    result = memrl_cli(
         "eval", "collab", "--users", "1", "--sessions", "1", "--model", "m@http://127.0.0.1:9/v1", "--out",
-        str(tmp_path / "o"),
+        str(tmp_path / "o"), env=_env(),
     )  # fmt: skip
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
@@ -79,10 +80,10 @@ def test_unreachable_endpoint_fails_in_one_line(tmp_path: Path) -> None:
     assert "unreachable" in last
 
 
-def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path: Path) -> None:
+def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "run"
     base = ["eval", "collab", "--model", tiny_qwen2, "--users", "2", "--max-turns", "2", "--max-tokens", "16"]
-    first = _memrl(*base, "--sessions", "2", "--out", str(out))
+    first = memrl_cli(*base, "--sessions", "2", "--out", str(out), env=_env())
     assert first.returncode == 0, first.stderr[-2000:]
     summary = json.loads(first.stdout)
     assert summary["sessions"] == 4
@@ -103,7 +104,7 @@ def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path
     # A crash mid-write leaves a torn last line; the rerun drops it, keeps the rest and runs only what is missing.
     with (out / "sessions.jsonl").open("a") as f:
         f.write('{"key": "torn')
-    again = _memrl(*base, "--sessions", "3", "--out", str(out))
+    again = memrl_cli(*base, "--sessions", "3", "--out", str(out), env=_env())
     assert again.returncode == 0, again.stderr[-2000:]
     after = _records(out)
     assert after[:4] == records  # finished work untouched
@@ -111,17 +112,19 @@ def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path
     assert len({r["key"] for r in after}) == 6
     assert {r["session"] for r in after[4:]} == {2}
 
-    other = _memrl(*base, "--sessions", "3", "--agent", "none", "--out", str(out))
+    other = memrl_cli(*base, "--sessions", "3", "--agent", "none", "--out", str(out), env=_env())
     assert other.returncode == 2
     assert "holds a run with different agent" in other.stderr
 
 
-def test_llm_simulator_against_a_local_transformers_serve(smollm2_server: Any, tmp_path: Path) -> None:
+def test_llm_simulator_against_a_local_transformers_serve(
+    smollm2_server: Any, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
     model = f"{smollm2_server.name}@{smollm2_server.url}"
     out = tmp_path / "llm"
-    result = _memrl(
+    result = memrl_cli(
         "eval", "collab", "--simulator", "llm", "--agent", "oracle", "--model", model, "--users", "1",
-        "--sessions", "1", "--max-turns", "2", "--max-tokens", "32", "--out", str(out),
+        "--sessions", "1", "--max-turns", "2", "--max-tokens", "32", "--out", str(out), env=_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     [record] = _records(out)
@@ -133,12 +136,12 @@ def test_llm_simulator_against_a_local_transformers_serve(smollm2_server: Any, t
     assert set(metrics["parse_failures"]) == {"agent", "user", "retrieval", "reflection"}
 
 
-def test_unreachable_ray_cluster_fails_in_one_line(tmp_path: Path) -> None:
+def test_unreachable_ray_cluster_fails_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     from memrl.rollout.serve import free_port
 
     address = f"127.0.0.1:{free_port()}"
-    result = _memrl(
-        "eval", "collab", "--users", "1", "--ray-address", address, "--out", str(tmp_path / "o"), timeout=120
+    result = memrl_cli(
+        "eval", "collab", "--users", "1", "--ray-address", address, "--out", tmp_path / "o", timeout=120, env=_env()
     )
     assert result.returncode == 2
     assert (

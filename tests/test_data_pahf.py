@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MemrlCLI
 
 from memrl.core.errors import ConfigError
 from memrl.data_gen.pahf import build_pahf_dataset, build_records
@@ -59,15 +58,12 @@ def test_rewards_come_from_the_round_each_note_informed() -> None:
     assert json.loads(mira.sft_messages()[-1]["content"]) == {"note": "Mira dislikes halogen bulbs in desk lamps"}
 
 
-def test_dataset_files_and_cli(tmp_path: Path) -> None:
+def test_dataset_files_and_cli(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in _run()))
     out = tmp_path / "data"
-    result = subprocess.run(
-        [sys.executable, "-m", "memrl", "data", "pahf", "--run", str(run), "--out", str(out), "--eval-users", "1"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = memrl_cli("data", "pahf", "--run", run, "--out", out, "--eval-users", "1", timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     stats = json.loads(result.stdout.strip().splitlines()[-1])
     assert stats["train"]["users"] == 1 and stats["eval"]["users"] == 1  # Mira trains, Tomas is held out
@@ -81,8 +77,5 @@ def test_dataset_files_and_cli(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="at least one must train"):
         build_pahf_dataset(run, tmp_path / "x", eval_users=2)
-    missing = subprocess.run(
-        [sys.executable, "-m", "memrl", "data", "pahf", "--run", str(tmp_path / "no"), "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    missing = memrl_cli("data", "pahf", "--run", tmp_path / "no", "--out", out, timeout=120)
     assert missing.returncode == 2 and "tasks.jsonl does not exist" in missing.stderr

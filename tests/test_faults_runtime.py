@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -21,8 +20,8 @@ from typing import Any
 
 import psutil
 import pytest
+from conftest import MEMRL_ARGV, MemrlCLI
 
-MEMRL = [sys.executable, "-m", "memrl"]
 SGD = Path(__file__).parent / "fixtures" / "sgd"
 
 # Carries the keys of every collab role (agent reply, retrieval, reflection), so each call parses.
@@ -138,18 +137,12 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "RAY_DEDUP_LOGS": "0"}
 
 
-def memrl(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*MEMRL, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=_env(), start_new_session=True
-    )
-
-
 @contextlib.contextmanager
 def started(*args: str | Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """`memrl ARGS` in its own process group (stdout and stderr to `log`); whatever is left of it is killed after."""
     with log.open("wb") as sink:
         proc = subprocess.Popen(
-            [*MEMRL, *map(str, args)], stdout=sink, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+            [*MEMRL_ARGV, *map(str, args)], stdout=sink, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
         )
     try:
         yield proc
@@ -251,7 +244,9 @@ def test_a_session_whose_worker_dies_twice_fails_the_run_in_one_line(endpoint: F
 # --- 2. an endpoint drops connections or stalls past the timeout --------------------------------------------------
 
 
-def test_endpoint_failures_mark_sessions_failed_and_a_rerun_runs_them(endpoint: FaultyEndpoint, tmp_path: Path) -> None:
+def test_endpoint_failures_mark_sessions_failed_and_a_rerun_runs_them(
+    endpoint: FaultyEndpoint, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
     problems = planned_problems(users=2, sessions=3)
     (first_user, second_user) = sorted({user for user, _ in problems})
     dropped, stalled = problems[first_user, 1], problems[second_user, 1]
@@ -262,7 +257,7 @@ def test_endpoint_failures_mark_sessions_failed_and_a_rerun_runs_them(endpoint: 
     args = ["eval", "collab", "--model", f"faulty@{endpoint.url}", "--users", "2", "--sessions", "3"]
     args += ["--max-turns", "2", "--request-timeout", "1", "--max-retries", "1", "--out", str(out)]
 
-    summary = summary_of(result := memrl(*args))
+    summary = summary_of(result := memrl_cli(*args, env=_env(), start_new_session=True))
     assert summary["sessions"] == 2 and summary["failed"] == 2 and summary["pending"] == 2
     assert endpoint.hits[dropped] == 2 and endpoint.hits[stalled] == 2  # one try and one retry each, then given up
     assert f"user {first_user} session 1 failed: endpoint {endpoint.url} is unreachable" in result.stderr
@@ -278,7 +273,7 @@ def test_endpoint_failures_mark_sessions_failed_and_a_rerun_runs_them(endpoint: 
     assert {f["key"] for f in metrics["failed"]} == set(failed)
 
     endpoint.healed = True
-    summary = summary_of(memrl(*args))
+    summary = summary_of(memrl_cli(*args, env=_env(), start_new_session=True))
     assert summary["sessions"] == 6 and summary["failed"] == 0 and summary["pending"] == 0
     keys = [r["key"] for r in lines(out / "sessions.jsonl")]
     assert len(keys) == 6 == len(set(keys))
@@ -292,7 +287,9 @@ def _comparable(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["key"]: {k: v for k, v in r.items() if k not in ("started_at", "finished_at", "node")} for r in records}
 
 
-def test_killed_collab_eval_resumes_without_loss_or_duplicates(endpoint: FaultyEndpoint, tmp_path: Path) -> None:
+def test_killed_collab_eval_resumes_without_loss_or_duplicates(
+    endpoint: FaultyEndpoint, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
     endpoint.latency = 0.3
     args = ["eval", "collab", "--model", f"faulty@{endpoint.url}", "--users", "2", "--sessions", "3"]
     args += ["--max-turns", "2"]
@@ -306,7 +303,7 @@ def test_killed_collab_eval_resumes_without_loss_or_duplicates(endpoint: FaultyE
     assert len(reference) == 6
     before = lines(out / "sessions.jsonl")
     assert 1 <= len(before) < 6
-    summary = summary_of(memrl(*args, "--out", out))
+    summary = summary_of(memrl_cli(*args, "--out", out, env=_env(), start_new_session=True))
     assert summary["sessions"] == 6
     after = lines(out / "sessions.jsonl")
     assert after[: len(before)] == before  # finished work untouched
@@ -316,13 +313,13 @@ def test_killed_collab_eval_resumes_without_loss_or_duplicates(endpoint: FaultyE
 
 
 def test_killed_tod_data_generation_resumes_without_loss_or_duplicates(
-    endpoint: FaultyEndpoint, tmp_path: Path
+    endpoint: FaultyEndpoint, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:
     endpoint.latency = 0.4  # each individual: two batched attempts of the LLM writer, then the template
     args = ["data", "tod", "--sgd-dir", SGD, "--individuals", "4", "--tasks-per-individual", "2"]
     args += ["--writer", f"faulty@{endpoint.url}"]
     whole = tmp_path / "whole"
-    reference = summary_of(memrl(*args, "--out", whole))
+    reference = summary_of(memrl_cli(*args, "--out", whole, env=_env(), start_new_session=True))
     progress = Path(".progress") / "sessions.jsonl"
 
     out, log = tmp_path / "killed", tmp_path / "killed.log"
@@ -330,7 +327,7 @@ def test_killed_tod_data_generation_resumes_without_loss_or_duplicates(
         wait_for("a logged session", lambda: lines(out / progress), proc, log, timeout=120)
         kill_tree(proc)
     assert not (out / "stats.json").exists()  # killed mid-run
-    resumed = summary_of(memrl(*args, "--out", out))
+    resumed = summary_of(memrl_cli(*args, "--out", out, env=_env(), start_new_session=True))
     assert resumed["resumed_sessions"] > 0 or resumed["skipped"] > 0
     keys = [r["key"] for r in lines(out / progress)]
     assert len(keys) == len(set(keys))

@@ -13,21 +13,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MEMRL_ARGV, MemrlCLI
 
 from memrl.core.checkpoints import last_step_dir, read_info
 
 STEPS = {"sft": 12, "grpo": 6}
 SAVE = {"sft": 3, "grpo": 2}
-
-
-def memrl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memrl", *args], capture_output=True, text=True, cwd=cwd, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +58,7 @@ def run_and_kill(args: list[str], cwd: Path, stage_dir: Path, timeout: float = 6
     """Start `memrl ARGS`, SIGKILL it as soon as a checkpoint is saved; returns its output."""
     log = cwd / "killed.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "memrl", *args], cwd=cwd, stdout=out, stderr=out)
+        proc = subprocess.Popen([*MEMRL_ARGV, *args], cwd=cwd, stdout=out, stderr=out)
         deadline = time.monotonic() + timeout
         try:
             while not checkpoint_saved(stage_dir):
@@ -99,12 +95,14 @@ def losses(history: list[dict[str, Any]]) -> dict[int, float]:
 
 
 @pytest.mark.parametrize("kind", ["sft", "grpo"])
-def test_killed_trl_stage_resumes_with_the_same_data_order(kind: str, reflection_data: Path, tmp_path: Path) -> None:
+def test_killed_trl_stage_resumes_with_the_same_data_order(
+    kind: str, reflection_data: Path, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
     steps = STEPS[kind]
     # The reference: the same stage, same seed, never interrupted.
     full = tmp_path / "full"
     full.mkdir()
-    result = memrl(*stage_args(kind, full, reflection_data), cwd=full)
+    result = memrl_cli(*stage_args(kind, full, reflection_data), cwd=full)
     assert result.returncode == 0, result.stderr[-3000:]
     reference = json.loads((full / kind / "log_history.json").read_text())
     assert sorted(losses(reference)) == list(range(1, steps + 1))
@@ -123,7 +121,7 @@ def test_killed_trl_stage_resumes_with_the_same_data_order(kind: str, reflection
     # Resume from another folder: the run folder alone says what to run and where.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    resumed = memrl("resume", str(run), "--stage", kind, cwd=elsewhere)
+    resumed = memrl_cli("resume", str(run), "--stage", kind, cwd=elsewhere)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # (a) it continued from the checkpoint it found, which it left untouched, and ran only the remaining steps
     assert squeeze(f"resuming from {last}") in squeeze(resumed.stderr)  # the console wraps long lines
@@ -155,30 +153,30 @@ def test_killed_trl_stage_resumes_with_the_same_data_order(kind: str, reflection
     assert (stage_dir / "final" / "tokenizer_config.json").is_file()
 
 
-def test_resume_needs_a_run_folder(tmp_path: Path) -> None:
+def test_resume_needs_a_run_folder(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     for folder in (tmp_path / "missing", tmp_path):
-        result = memrl("resume", str(folder), cwd=tmp_path)
+        result = memrl_cli("resume", str(folder), cwd=tmp_path)
         assert result.returncode == 2
         assert result.stderr.strip().count("\n") == 0 and result.stderr.startswith("memrl: error: ")
     (tmp_path / "recipe.resolved.yaml").write_text("stages: [not, a, mapping\n")
-    result = memrl("resume", str(tmp_path), cwd=tmp_path)
+    result = memrl_cli("resume", str(tmp_path), cwd=tmp_path)
     assert result.returncode == 2 and "malformed YAML" in result.stderr
     assert result.stderr.strip().count("\n") == 0
 
 
-def test_resume_reruns_the_saved_recipe_and_skips_finished_stages(tmp_path: Path) -> None:
+def test_resume_reruns_the_saved_recipe_and_skips_finished_stages(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """The saved recipe is the source of truth: a dry run shows the saved overrides, unknown stages fail."""
     run = tmp_path / "run"
     from memrl.app.recipe import load_recipe
 
     loaded = load_recipe("reflector-qwen2.5-7b", ["seed=7", "stages.grpo.max_steps=3", f"output_dir={run}"])
     loaded.save(run)
-    result = memrl("resume", str(run), "--stage", "grpo", "--dry-run", cwd=tmp_path)
+    result = memrl_cli("resume", str(run), "--stage", "grpo", "--dry-run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout + result.stderr
     assert "trainer.total_training_steps=3" in out and "data.seed=7" in out
     assert f"trainer.default_local_dir={run / 'grpo' / 'checkpoints'}" in out
-    bad = memrl("resume", str(run), "--stage", "nope", cwd=tmp_path)
+    bad = memrl_cli("resume", str(run), "--stage", "nope", cwd=tmp_path)
     assert bad.returncode == 2 and "no stage named 'nope'" in bad.stderr
 
 
@@ -194,27 +192,20 @@ def _fake_verl_checkpoint(stage_dir: Path, step: int) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["grpo", "sft"])
-def test_verl_stage_with_checkpoints_resumes_them_with_a_fixed_shuffle_seed(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_verl_stage_with_checkpoints_resumes_them_with_a_fixed_shuffle_seed(kind: str, tmp_path: Path) -> None:
     from rich.console import Console
     from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
     from memrl.app.context import RunContext
     from memrl.app.recipe import load_recipe
-    from memrl.app.stages import reflection as stages
+    from memrl.app.stages.training import verl_command
     from memrl.train import verl_launch
 
     run = tmp_path / "run"
     loaded = load_recipe("reflector-qwen2.5-7b", ["seed=11", f"output_dir={run}"])
     step_dir = _fake_verl_checkpoint(run / kind, 40)
-    commands: list[list[str]] = []
-    monkeypatch.setattr(stages, "_show_or_run", lambda ctx, name, argv, log, env: commands.append(argv))
-
-    ctx = RunContext(loaded.recipe, run, Console(stderr=True), dry_run=True)
-    runner = stages.run_grpo if kind == "grpo" else stages.run_sft
-    runner(loaded.recipe.stages[kind], ctx, kind)
-    (argv,) = commands
+    ctx = RunContext(loaded.recipe, run, Console(stderr=True))
+    argv = verl_command(loaded.recipe.stages[kind], ctx, kind, dry_run=True).argv
     overrides = [arg for arg in argv if "=" in arg and not arg.startswith("--")]
     config = verl_launch.PPO_CONFIG if kind == "grpo" else verl_launch.SFT_CONFIG
     cfg = verl_launch.compose(config, overrides)  # what verl's @hydra.main builds from the command

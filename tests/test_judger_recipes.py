@@ -5,25 +5,20 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import MemrlCLI
 from rich.console import Console
 
-from memrl.app.config import EvalJudgerStage
 from memrl.app.recipe import load_recipe
-from memrl.app.stages import run_recipe
+from memrl.app.stages.judger import EvalJudgerStage
+from memrl.app.stages.runner import run_recipe
 from memrl.core.errors import ConfigError
 from memrl.train.config import ClusterConfig, JudgerStage
 from memrl.train.judger.launch import deepspeed_config, format_command, resolve_refs, torchrun_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def memrl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memrl", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
 def test_both_recipes_resolve() -> None:
@@ -45,8 +40,10 @@ def test_both_recipes_resolve() -> None:
     assert stage.lora is not None and stage.batch_size % (stage.micro_batch_size * stage.world_size) == 0
 
 
-def test_8b_dry_run_prints_the_torchrun_launch(tmp_path: Path) -> None:
-    result = memrl("run", "judger-llama3.1-8b", "--dry-run", "data=J", f"output_dir={tmp_path / 'run'}", cwd=tmp_path)
+def test_8b_dry_run_prints_the_torchrun_launch(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    result = memrl_cli(
+        "run", "judger-llama3.1-8b", "--dry-run", "data=J", f"output_dir={tmp_path / 'run'}", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout + result.stderr
     assert "torchrun --nnodes=1 --standalone --nproc-per-node=8 -m memrl.app.judger_main" in out
@@ -107,8 +104,10 @@ def judger_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_end_to_end_on_the_mstod_fixture(judger_data: Path, tmp_path: Path, model_cache: Path) -> None:
-    run = memrl("run", "judger-minilm-cpu", "--smoke", f"data={judger_data}", "output_dir=run", cwd=tmp_path)
+def test_end_to_end_on_the_mstod_fixture(
+    judger_data: Path, tmp_path: Path, model_cache: Path, memrl_cli: MemrlCLI
+) -> None:
+    run = memrl_cli("run", "judger-minilm-cpu", "--smoke", f"data={judger_data}", "output_dir=run", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "eval" / "metrics.json").read_text())
     assert {"recall@5", "retrieval_recall@5", "judger_recall@5", "auc", "alpha_sweep"} <= set(metrics)
@@ -134,14 +133,15 @@ stages:
 """
 
 
-def test_two_processes_run_under_torchrun_and_save_an_adapter(judger_data: Path, tmp_path: Path,
-                                                               tiny_qwen2: str) -> None:  # fmt: skip
+def test_two_processes_run_under_torchrun_and_save_an_adapter(
+    judger_data: Path, tmp_path: Path, tiny_qwen2: str, memrl_cli: MemrlCLI
+) -> None:
     """The multi-GPU path on CPU: torchrun starts two processes (gloo); the adapter is saved, merged on load."""
     from memrl.rollout.judger import JudgerInput, load_judger
     from memrl.train.judger.data import read_pairs
 
     (tmp_path / "two.yaml").write_text(DISTRIBUTED)
-    result = memrl("run", "two.yaml", f"data={judger_data}", "output_dir=run", "--stage", "judger", cwd=tmp_path)
+    result = memrl_cli("run", "two.yaml", f"data={judger_data}", "output_dir=run", "--stage", "judger", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--nproc-per-node=2 -m memrl.app.judger_main" in (tmp_path / "run" / "judger" / "judger.log").read_text()
     final = tmp_path / "run" / "judger" / "final"

@@ -3,33 +3,23 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import MemrlCLI
 
 
-def test_dry_run_lists_the_steps(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "memrl", "env", "llamafactory", "--path", str(tmp_path / "lf"), "--dry-run"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+def test_dry_run_lists_the_steps(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    out = memrl_cli("env", "llamafactory", "--path", tmp_path / "lf", "--dry-run", check=True).stdout
     assert f"venv {tmp_path / 'lf'}" in out
     assert "llamafactory==0.9.5" in out and "torch==" in out
     assert not (tmp_path / "lf").exists()
 
 
 @pytest.mark.timeout(900)
-def test_environment_is_created_and_isolated(tmp_path: Path) -> None:
+def test_environment_is_created_and_isolated(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     env_dir = tmp_path / "lf"
-    result = subprocess.run(
-        [sys.executable, "-m", "memrl", "env", "llamafactory", "--path", str(env_dir)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = memrl_cli("env", "llamafactory", "--path", env_dir, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     cli = Path(result.stdout.strip().splitlines()[-1])
     assert cli == env_dir / "bin" / "llamafactory-cli"
@@ -51,11 +41,5 @@ def test_environment_is_created_and_isolated(tmp_path: Path) -> None:
 
     assert our_trl.__version__.startswith("1.")
     # A second call finds it ready and changes nothing.
-    again = subprocess.run(
-        [sys.executable, "-m", "memrl", "env", "llamafactory", "--path", str(env_dir)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
+    again = memrl_cli("env", "llamafactory", "--path", env_dir, check=True, timeout=60)
     assert again.stdout.strip() == str(cli)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import MEMRL_ARGV, MemrlCLI
 
 from memrl.core.errors import BackendError
 from memrl.rollout import SamplingParams
@@ -119,24 +120,10 @@ def test_retry_survives_a_killed_server(tiny_qwen2: str, tmp_path: Path) -> None
     assert backend.usage.requests == 2 and backend.usage.failures == 0
 
 
-def test_chat_cli_through_endpoint(smollm2_server: LocalServer) -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memrl",
-            "chat",
-            "--endpoint",
-            smollm2_server.url,
-            "--model",
-            "smollm2",
-            "--json",
-            "What is the capital of France? Answer in one word.",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
+def test_chat_cli_through_endpoint(smollm2_server: LocalServer, memrl_cli: MemrlCLI) -> None:
+    question = "What is the capital of France? Answer in one word."
+    out = memrl_cli(
+        "chat", "--endpoint", smollm2_server.url, "--model", "smollm2", "--json", question, check=True, timeout=120
     )
     assert '"requests": 1' in out.stdout and "paris" in out.stdout.lower()
 
@@ -144,18 +131,7 @@ def test_chat_cli_through_endpoint(smollm2_server: LocalServer) -> None:
 def test_serve_cli_starts_answers_and_stops_on_ctrl_c(tiny_qwen2: str) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memrl",
-            "serve",
-            "--model",
-            "tiny-qwen2",
-            "--port",
-            str(port),
-            "--engine",
-            "transformers",
-        ],
+        [*MEMRL_ARGV, "serve", "--model", "tiny-qwen2", "--port", str(port), "--engine", "transformers"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MemrlCLI
 from typer.testing import CliRunner
 
 from memrl.app.cli.main import app
@@ -179,10 +179,6 @@ def test_drifted_needs_the_original_table(shop: ShoppingData) -> None:
 # --- bad input: one line, exit 2 ------------------------------------------------------------------------------------
 
 
-def memrl(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memrl", *map(str, args)], capture_output=True, text=True, timeout=60)
-
-
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -222,12 +218,16 @@ def _bad_files(tmp: Path) -> dict[str, Path]:
         ("orig", "phase1_far", "A", ["phase1.json", "no row 99"]),
     ],
 )
-def test_bad_input_is_one_line(tmp_path: Path, table: str, scenario: str, choice: str, fragments: list[str]) -> None:
+def test_bad_input_is_one_line(
+    tmp_path: Path, table: str, scenario: str, choice: str, fragments: list[str], memrl_cli: MemrlCLI
+) -> None:
     bad = _bad_files(tmp_path)
     tables = {"orig": ORIGINAL, "tables": bad["tables"], "not_tables": bad["not_tables"]}
     scenarios = {"phase1": f"{SHOP / 'phase1.json'}:0", "phase1_far": f"{SHOP / 'phase1.json'}:99"}
     spec = scenarios.get(scenario) or str(tmp_path / scenario)
-    result = memrl("pahf", "feedback", "--persona-table", tables[table], "--scenario", spec, "--choice", choice)
+    result = memrl_cli(
+        "pahf", "feedback", "--persona-table", tables[table], "--scenario", spec, "--choice", choice, timeout=60
+    )
     assert_one_line_error(result, *fragments)
 
 

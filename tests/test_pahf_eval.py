@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-MEMRL = [sys.executable, "-m", "memrl"]
+from conftest import MemrlCLI
+
 DATA = Path(__file__).parent / "fixtures" / "pahf"
 
 
-def _memrl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    return subprocess.run([*MEMRL, *args], capture_output=True, text=True, timeout=timeout, env=env)
+def _env() -> dict[str, str]:
+    """One thread per CLI process, and wide enough that rich does not wrap."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
@@ -34,12 +33,12 @@ def _check(metrics: dict[str, Any]) -> None:
     assert set(metrics["failures"]) == {"decision", "summary", "salience", "note", "merge"}
 
 
-def test_tiny_model_runs_all_phases_and_resumes(tmp_path: Path) -> None:
+def test_tiny_model_runs_all_phases_and_resumes(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "run"
     base = ["eval", "pahf", "--domain", "shopping", "--agent", "pahf", "--memory", "sqlite", "--users", "2",
             "--scenarios", "2", "--model", "tiny-qwen2", "--max-tokens", "8", "--data", str(DATA),
             "--out", str(out)]  # fmt: skip
-    result = _memrl(*base)
+    result = memrl_cli(*base, env=_env())
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads(result.stdout)
     assert metrics == json.loads((out / "metrics.json").read_text())
@@ -62,22 +61,22 @@ def test_tiny_model_runs_all_phases_and_resumes(tmp_path: Path) -> None:
     before = (out / "tasks.jsonl").read_bytes()
     with (out / "tasks.jsonl").open("a") as f:
         f.write('{"key": "torn')
-    again = _memrl(*base)
+    again = memrl_cli(*base, env=_env())
     assert again.returncode == 0, again.stderr[-3000:]
     assert (out / "tasks.jsonl").read_bytes() == before
     assert json.loads(again.stdout) == metrics
     assert "Ray" not in again.stderr  # nothing left to run: no cluster started
 
-    other = _memrl(*base, "--tau", "0.5")
+    other = memrl_cli(*base, "--tau", "0.5", env=_env())
     assert other.returncode == 2 and "holds a run with different tau" in other.stderr
 
 
-def test_default_model_path_with_faiss(tmp_path: Path) -> None:
+def test_default_model_path_with_faiss(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """The embedded smollm2 (the default --model), served once, one user and one scenario per phase."""
     out = tmp_path / "smol"
-    result = _memrl(
+    result = memrl_cli(
         "eval", "pahf", "--domain", "shopping", "--data", str(DATA / "shopping"), "--memory", "faiss",
-        "--users", "1", "--scenarios", "1", "--max-tokens", "16", "--out", str(out),
+        "--users", "1", "--scenarios", "1", "--max-tokens", "16", "--out", str(out), env=_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads(result.stdout)
@@ -90,13 +89,13 @@ def test_default_model_path_with_faiss(tmp_path: Path) -> None:
     assert (out / "memory" / "Mira.faiss").is_dir()
 
 
-def test_embodied_domain_with_the_llm_user(tmp_path: Path) -> None:
+def test_embodied_domain_with_the_llm_user(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """Embodied, all 4 phases (set A learns, set B tests), post-action corrections from the persona LLM."""
     out = tmp_path / "emb"
-    result = _memrl(
+    result = memrl_cli(
         "eval", "pahf", "--domain", "embodied", "--agent", "post", "--memory", "faiss", "--user-sim", "llm",
         "--model", "tiny-qwen2", "--writer-model", "tiny-llama", "--max-tokens", "8", "--data", str(DATA),
-        "--scenarios", "2", "--workers", "1", "--out", str(out),
+        "--scenarios", "2", "--workers", "1", "--out", str(out), env=_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads(result.stdout)
@@ -112,16 +111,18 @@ def test_embodied_domain_with_the_llm_user(tmp_path: Path) -> None:
     assert all(r["feedback"] for r in wrong)  # the persona LLM corrected every wrong action it saw
 
 
-def test_bad_inputs_fail_in_one_line(tmp_path: Path) -> None:
-    missing = _memrl("eval", "pahf", "--domain", "shopping", "--data", str(tmp_path / "nope"), "--out", str(tmp_path))
+def test_bad_inputs_fail_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    missing = memrl_cli(
+        "eval", "pahf", "--domain", "shopping", "--data", str(tmp_path / "nope"), "--out", str(tmp_path), env=_env()
+    )
     assert missing.returncode == 2 and "--data" in missing.stderr and "not a folder" in missing.stderr
-    agent = _memrl(
-        "eval", "pahf", "--domain", "shopping", "--agent", "both", "--data", str(DATA), "--out", str(tmp_path)
+    agent = memrl_cli(
+        "eval", "pahf", "--domain", "shopping", "--agent", "both", "--data", DATA, "--out", tmp_path, env=_env()
     )
     assert agent.returncode == 2 and "agent" in agent.stderr
 
 
-def test_unreachable_endpoint_fails_its_tasks_in_one_line(tmp_path: Path) -> None:
+def test_unreachable_endpoint_fails_its_tasks_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """Every task's endpoint fails after the client's retries: each is logged as failed and the run says why."""
     import socket
 
@@ -129,9 +130,9 @@ def test_unreachable_endpoint_fails_its_tasks_in_one_line(tmp_path: Path) -> Non
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
     out = tmp_path / "down"
-    result = _memrl(
+    result = memrl_cli(
         "eval", "pahf", "--domain", "shopping", "--data", str(DATA), "--users", "1", "--scenarios", "1",
-        "--model", f"smollm2@http://127.0.0.1:{port}/v1", "--out", str(out),
+        "--model", f"smollm2@http://127.0.0.1:{port}/v1", "--out", str(out), env=_env(),
     )  # fmt: skip
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memrl.app.config import GenerateStage
 from memrl.app.recipe import bundled_recipes, load_recipe
+from memrl.app.stages.generate import GenerateStage
 from memrl.core.errors import ConfigError
 from memrl.rollout.config import OpenAIModelConfig
 

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-
-def memrl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memrl", *args], capture_output=True, text=True, cwd=cwd, timeout=900)
+from conftest import MemrlCLI
 
 
 def test_smoke_runs_every_stage_and_reports(smoke_run: Path) -> None:
@@ -43,7 +38,7 @@ def test_export_is_a_standalone_model_with_a_card(smoke_run: Path) -> None:
     assert "base_model: tiny-qwen2" in card and "quickstart/grpo" in card  # eval numbers landed in the card
 
 
-def test_export_merge_matches_base_plus_adapter(smoke_run: Path, tmp_path: Path) -> None:
+def test_export_merge_matches_base_plus_adapter(smoke_run: Path, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -52,7 +47,7 @@ def test_export_merge_matches_base_plus_adapter(smoke_run: Path, tmp_path: Path)
 
     adapter = smoke_run / "sft" / "final"
     out = tmp_path / "sft-export"
-    result = memrl("export", "--checkpoint", str(smoke_run / "sft"), "--out", str(out), cwd=tmp_path)
+    result = memrl_cli("export", "--checkpoint", str(smoke_run / "sft"), "--out", str(out), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     base = AutoModelForCausalLM.from_pretrained(resolve_model(adapter_base(adapter)))
     reference = PeftModel.from_pretrained(base, adapter).eval()
@@ -62,9 +57,9 @@ def test_export_merge_matches_base_plus_adapter(smoke_run: Path, tmp_path: Path)
         assert torch.allclose(reference(ids).logits, merged(ids).logits, atol=1e-4)
 
 
-def test_rerun_skips_finished_stages(smoke_run: Path) -> None:
+def test_rerun_skips_finished_stages(smoke_run: Path, memrl_cli: MemrlCLI) -> None:
     before = (smoke_run / "grpo" / "final" / "memrl_checkpoint.json").stat().st_mtime
-    result = memrl(
+    result = memrl_cli(
         "run", "quickstart", "--smoke", f"output_dir={smoke_run}", "--stage", "sft", "--stage", "grpo", cwd=smoke_run
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -72,21 +67,21 @@ def test_rerun_skips_finished_stages(smoke_run: Path) -> None:
     assert (smoke_run / "grpo" / "final" / "memrl_checkpoint.json").stat().st_mtime == before
 
 
-def test_eval_reflector_cli_resumes_and_scores(smoke_run: Path, tmp_path: Path) -> None:
+def test_eval_reflector_cli_resumes_and_scores(smoke_run: Path, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "eval"
     args = ("eval", "reflector", "--model", str(smoke_run / "export"), "--data", str(smoke_run / "data"))
-    result = memrl(*args, "--out", str(out), "--max-samples", "2", "--max-tokens", "16", cwd=tmp_path)
+    result = memrl_cli(*args, "--out", str(out), "--max-samples", "2", "--max-tokens", "16", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     metrics = json.loads(result.stdout)
     assert metrics["n"] == 2 and metrics["judge_failures"] == 0
     assert {"score", "coverage", "format", "hallucination_rate", "notes_tokens"} <= set(metrics)
     generated = (out / "generations.jsonl").read_text()
-    again = memrl(*args, "--out", str(out), "--max-samples", "2", "--max-tokens", "16", cwd=tmp_path)
+    again = memrl_cli(*args, "--out", str(out), "--max-samples", "2", "--max-tokens", "16", cwd=tmp_path)
     assert again.returncode == 0 and (out / "generations.jsonl").read_text() == generated  # nothing regenerated
 
 
-def test_eval_reflector_missing_data_is_one_line(tmp_path: Path) -> None:
-    result = memrl(
+def test_eval_reflector_missing_data_is_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    result = memrl_cli(
         "eval",
         "reflector",
         "--model",
@@ -101,9 +96,11 @@ def test_eval_reflector_missing_data_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.strip().count("\n") == 0 and "does not exist" in result.stderr
 
 
-def test_online_check_compares_collab_runs_with_each_reflector(smoke_run: Path, tmp_path: Path) -> None:
+def test_online_check_compares_collab_runs_with_each_reflector(
+    smoke_run: Path, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
     out = tmp_path / "online"
-    result = memrl(
+    result = memrl_cli(
         "eval", "reflector", "--model", str(smoke_run / "export"), "--data", str(smoke_run / "data"),
         "--out", str(out), "--max-samples", "1", "--max-tokens", "8",
         "--online-users", "1", "--online-sessions", "2", "--agent-model", "tiny-qwen2",
@@ -120,7 +117,9 @@ def test_online_check_compares_collab_runs_with_each_reflector(smoke_run: Path, 
 
 
 @pytest.mark.parametrize("recipe", ["reflector-qwen2.5-7b", "reflector-llama3.1-8b"])
-def test_table5_recipes_resolve_and_dry_run_prints_verl_commands(recipe: str, tmp_path: Path) -> None:
+def test_table5_recipes_resolve_and_dry_run_prints_verl_commands(
+    recipe: str, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
     from memrl.app.recipe import load_recipe
 
     stages = load_recipe(recipe).recipe.stages
@@ -129,7 +128,7 @@ def test_table5_recipes_resolve_and_dry_run_prints_verl_commands(recipe: str, tm
     assert (grpo.lr, grpo.max_steps, grpo.batch_size, grpo.rollouts, grpo.kl_coef) == (1e-6, 200, 64, 8, 0.003)
     assert (grpo.max_prompt_length, grpo.max_response_length) == (2048, 1024)
 
-    result = memrl("run", recipe, "--dry-run", f"output_dir={tmp_path / 'run'}", cwd=tmp_path)
+    result = memrl_cli("run", recipe, "--dry-run", f"output_dir={tmp_path / 'run'}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout + result.stderr
     assert "verl.trainer.sft_trainer" in out and "verl.trainer.main_ppo" in out
@@ -150,8 +149,8 @@ def test_table5_recipes_resolve_and_dry_run_prints_verl_commands(recipe: str, tm
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
 
 
-def test_dry_run_refuses_an_unknown_verl_override(tmp_path: Path) -> None:
-    result = memrl(
+def test_dry_run_refuses_an_unknown_verl_override(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    result = memrl_cli(
         "run", "reflector-qwen2.5-7b", "--dry-run", "--stage", "grpo",
         "stages.grpo.overrides=[actor_rollout_ref.actor.optim.lrr=1e-5]", cwd=tmp_path,
     )  # fmt: skip
@@ -180,11 +179,11 @@ def test_full_fine_tuning_saves_a_whole_model(smoke_run: Path, tmp_path: Path) -
 
 
 def test_eval_reflector_with_an_llm_judge_behind_an_endpoint(
-    smoke_run: Path, smollm2_server: Any, tmp_path: Path
+    smoke_run: Path, smollm2_server: Any, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:
     """The LLM judge names no preference ids: failures are counted and no hallucination rate is made up."""
     out = tmp_path / "eval-llm"
-    result = memrl(
+    result = memrl_cli(
         "eval", "reflector", "--model", str(smoke_run / "export"), "--data", str(smoke_run / "data"),
         "--out", str(out), "--max-samples", "2", "--max-tokens", "8",
         "--judge", "llm", "--endpoint", smollm2_server.url, "--judge-model", smollm2_server.name,

@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
-
-
-def memrl_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memrl", "run", *args], capture_output=True, text=True, cwd=cwd, timeout=600
-    )
+from conftest import MemrlCLI
 
 
 def rows(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_generate_on_smollm2(smollm2: str, tmp_path: Path) -> None:
-    result = memrl_run("generate", f"output_dir={tmp_path}", cwd=tmp_path)
+def test_generate_on_smollm2(smollm2: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    result = memrl_cli("run", "generate", f"output_dir={tmp_path}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = rows(tmp_path / "generate" / "generations.jsonl")
     assert len(out) == 2 and all(len(str(r["completion"]).split()) >= 3 for r in out)
@@ -30,7 +23,7 @@ def test_generate_on_smollm2(smollm2: str, tmp_path: Path) -> None:
     assert saved["models"]["policy"]["model"] == "smollm2-135m-instruct"
 
 
-def test_rerun_resumes_without_duplicates(tiny_qwen2: str, tmp_path: Path) -> None:
+def test_rerun_resumes_without_duplicates(tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(5)))
     args = (
@@ -42,7 +35,7 @@ def test_rerun_resumes_without_duplicates(tiny_qwen2: str, tmp_path: Path) -> No
         "stages.generate.sampling.max_tokens=4",
         f"output_dir={tmp_path / 'run'}",
     )
-    assert memrl_run(*args, cwd=tmp_path).returncode == 0
+    assert memrl_cli("run", *args, cwd=tmp_path).returncode == 0
     out = tmp_path / "run" / "generate" / "generations.jsonl"
     first = rows(out)
     assert [r["prompt"] for r in first] == [f"question {i}" for i in range(5)]
@@ -50,7 +43,7 @@ def test_rerun_resumes_without_duplicates(tiny_qwen2: str, tmp_path: Path) -> No
     # A killed run leaves a torn last line; the rerun drops it and redoes only that prompt.
     text = out.read_text().splitlines(keepends=True)
     out.write_text("".join(text[:3]) + text[3][:10])
-    result = memrl_run(*args, cwd=tmp_path)
+    result = memrl_cli("run", *args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     again = rows(out)
     assert sorted(str(r["prompt"]) for r in again) == [f"question {i}" for i in range(5)]
@@ -58,14 +51,15 @@ def test_rerun_resumes_without_duplicates(tiny_qwen2: str, tmp_path: Path) -> No
 
     # New prompts only add rows.
     prompts.write_text(prompts.read_text() + json.dumps({"prompt": "question 5"}) + "\n")
-    assert memrl_run(*args, cwd=tmp_path).returncode == 0
+    assert memrl_cli("run", *args, cwd=tmp_path).returncode == 0
     assert len(rows(out)) == 6
 
 
-def test_bad_prompts_file_is_one_line(tiny_qwen2: str, tmp_path: Path) -> None:
+def test_bad_prompts_file_is_one_line(tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "ok"}\n{"text": "no prompt key"}\n')
-    result = memrl_run(
+    result = memrl_cli(
+        "run",
         "generate",
         "models.policy.model=tiny-qwen2",
         "--stage",

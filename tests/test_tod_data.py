@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MemrlCLI
 
 from memrl.core.errors import MemrlError
 from memrl.data_gen.tod import TodDataConfig, build_tod_dataset, load_source, plan_from
@@ -323,10 +323,6 @@ def test_released_format_loads_and_falls_back_to_matching(schemas: Schemas) -> N
 # --- bad input, through the CLI -------------------------------------------------------------------------------------
 
 
-def memrl(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memrl", *map(str, args)], capture_output=True, text=True, timeout=120)
-
-
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -340,7 +336,7 @@ def _first_confirming(data: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize("problem", ["no turns", "unknown slot", "no intent"])
-def test_bad_individual_is_one_line(tmp_path: Path, problem: str) -> None:
+def test_bad_individual_is_one_line(tmp_path: Path, problem: str, memrl_cli: MemrlCLI) -> None:
     data = json.loads((MSTOD / "persona_1.json").read_text())
     c = _first_confirming(data)
     if problem == "no turns":
@@ -356,26 +352,29 @@ def test_bad_individual_is_one_line(tmp_path: Path, problem: str) -> None:
     (tmp_path / "tod").mkdir()
     (tmp_path / "tod" / "persona_1.json").write_text(json.dumps(data))
     schema = MSTOD / "schema.json"
-    result = memrl("data", "judger", "--tod-dir", tmp_path / "tod", "--out", tmp_path / "j", "--schema", schema)
+    result = memrl_cli(
+        "data", "judger", "--tod-dir", tmp_path / "tod", "--out", tmp_path / "j", "--schema", schema, timeout=120
+    )
     assert_one_line_error(result, *fragments)
 
 
-def test_file_in_neither_format_is_one_line(tmp_path: Path) -> None:
+def test_file_in_neither_format_is_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     (tmp_path / "tod").mkdir()
     (tmp_path / "tod" / "persona_1.json").write_text('{"persona": 1, "dialogues": []}')
-    result = memrl(
-        "data", "judger", "--tod-dir", tmp_path / "tod", "--out", tmp_path / "j", "--schema", MSTOD / "schema.json"
-    )
+    result = memrl_cli(
+        "data", "judger", "--tod-dir", tmp_path / "tod", "--out", tmp_path / "j", "--schema", MSTOD / "schema.json",
+        timeout=120,
+    )  # fmt: skip
     assert_one_line_error(result, "persona_1.json", NEITHER)
     sgd = tmp_path / "sgd"
     sgd.mkdir()
     (sgd / "schema.json").write_text((SGD / "train" / "schema.json").read_text())
     (sgd / "dialogues_001.json").write_text((MSTOD / "persona_1.json").read_text())
-    result = memrl("data", "tod", "--sgd-dir", sgd, "--individuals", "1", "--out", tmp_path / "o")
+    result = memrl_cli("data", "tod", "--sgd-dir", sgd, "--individuals", "1", "--out", tmp_path / "o", timeout=120)
     assert_one_line_error(result, "dialogues_001.json", "an MS-TOD individual, not SGD dialogues")
 
 
-def test_sgd_slot_missing_from_the_schema_is_one_line(tmp_path: Path) -> None:
+def test_sgd_slot_missing_from_the_schema_is_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     sgd = tmp_path / "sgd"
     sgd.mkdir()
     schema = json.loads((SGD / "train" / "schema.json").read_text())
@@ -384,16 +383,17 @@ def test_sgd_slot_missing_from_the_schema_is_one_line(tmp_path: Path) -> None:
     schema[0]["intents"][1]["optional_slots"].pop("party_size", None)
     (sgd / "schema.json").write_text(json.dumps(schema))
     (sgd / "dialogues_001.json").write_text((SGD / "train" / "dialogues_001.json").read_text())
-    result = memrl("data", "tod", "--sgd-dir", sgd, "--individuals", "1", "--out", tmp_path / "o")
+    result = memrl_cli("data", "tod", "--sgd-dir", sgd, "--individuals", "1", "--out", tmp_path / "o", timeout=120)
     assert_one_line_error(
         result, "dialogues_001.json", ".slot: no slot 'party_size' in the schema of service Restaurants_1"
     )
 
 
-def test_data_tod_command_writes_the_layout(tmp_path: Path) -> None:
-    result = memrl(
-        "data", "tod", "--sgd-dir", SGD, "--individuals", "2", "--tasks-per-individual", "3", "--out", tmp_path
-    )
+def test_data_tod_command_writes_the_layout(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    result = memrl_cli(
+        "data", "tod", "--sgd-dir", SGD, "--individuals", "2", "--tasks-per-individual", "3", "--out", tmp_path,
+        timeout=120,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["individuals"] == 2 and summary["tasks"] == 6 and summary["writer_fallbacks"] == 0

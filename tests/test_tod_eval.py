@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MemrlCLI
 
-MEMRL = [sys.executable, "-m", "memrl"]
 DATA = Path(__file__).parent / "fixtures" / "mstod"
 METRICS = ("jga", "slot_accuracy", "dte", "success_rate", "recall@1", "recall@3", "recall@5")
 
 
-def _memrl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    return subprocess.run([*MEMRL, *args], capture_output=True, text=True, timeout=timeout, env=env)
+def _env() -> dict[str, str]:
+    """One thread per CLI process, and wide enough that rich does not wrap."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
@@ -62,11 +60,11 @@ def judger(judger_data: Path, tmp_path_factory: pytest.TempPathFactory, model_ca
     return train_judger(stage, "minilm", judger_data, TrainContext(out, "judger", 0, "none", "tod-eval"))
 
 
-def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: Path) -> None:
+def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "run"
     base = ["eval", "tod", "--data", str(DATA), "--reader", "template", "--judger", "none", "--retriever", "bm25",
             "--individuals", "2", "--out", str(out)]  # fmt: skip
-    first = _memrl(*base)
+    first = memrl_cli(*base, env=_env())
     assert first.returncode == 0, first.stderr[-3000:]
     summary = json.loads(first.stdout)
     metrics = json.loads((out / "metrics.json").read_text())
@@ -91,24 +89,26 @@ def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: P
     before = (out / "sessions.jsonl").read_bytes()
     with (out / "sessions.jsonl").open("a") as f:
         f.write('{"key": "torn')
-    again = _memrl(*base)
+    again = memrl_cli(*base, env=_env())
     assert again.returncode == 0, again.stderr[-3000:]
     assert (out / "sessions.jsonl").read_bytes() == before
     assert json.loads(again.stdout) == metrics
     assert "Ray" not in again.stderr  # nothing left to run: no cluster started
 
-    other = _memrl(*base[:-2], "--max-turns", "3", "--out", str(out))
+    other = memrl_cli(*base[:-2], "--max-turns", "3", "--out", str(out), env=_env())
     assert other.returncode == 2
     assert "holds a run with different max_turns" in other.stderr
 
 
-def test_smollm2_reader_and_a_trained_judger_on_the_eval_split(judger: Path, judger_data: Path, tmp_path: Path) -> None:
+def test_smollm2_reader_and_a_trained_judger_on_the_eval_split(
+    judger: Path, judger_data: Path, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
     """The default reader, served once for both workers, with a judger fused into the ranking (alpha 0.3)."""
     out = tmp_path / "judged"
-    result = _memrl(
+    result = memrl_cli(
         "eval", "tod", "--data", str(DATA), "--reader", "smollm2", "--judger", str(judger.parent), "--alpha", "0.3",
         "--split-from", str(judger_data), "--top-units", "4", "--sessions", "2", "--max-turns", "1",
-        "--max-tokens", "16", "--workers", "2", "--out", str(out),
+        "--max-tokens", "16", "--workers", "2", "--out", str(out), env=_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads(result.stdout)
@@ -144,10 +144,12 @@ def test_smollm2_reader_and_a_trained_judger_on_the_eval_split(judger: Path, jud
         (["--split-from", "/"], "stats.json: not found"),
     ],
 )
-def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     flags = dict(zip(args[::2], args[1::2], strict=True))
     flags.setdefault("--data", str(DATA))
-    result = _memrl("eval", "tod", *(x for kv in flags.items() for x in kv), "--out", str(tmp_path / "o"))
+    result = memrl_cli(
+        "eval", "tod", *(x for kv in flags.items() for x in kv), "--out", str(tmp_path / "o"), env=_env()
+    )
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr

@@ -1,14 +1,49 @@
-"""Run an external trainer as a child process: its output goes to the console and a log; a failure names its tail."""
+"""Launching an external trainer: its command as a shell takes it, and the child process, whose output goes to the
+console and a log (a failure names its tail)."""
 
 from __future__ import annotations
 
 import collections
+import re
+import shlex
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from pathlib import Path
 
+from memrl.core.envrefs import ENV_REF
 from memrl.core.errors import MemrlError
+
+
+def format_command(argv: Sequence[str], *, multiline: bool = False, live: Container[int] | None = None) -> str:
+    """The command as a shell would take it (for --dry-run and the log). The arguments at the indexes in `live`
+    (default: every argument holding a reference) are double-quoted with their `${NAME}` references left live, so the
+    shell running the line fills them from its own environment, never with values written here. `multiline` puts the
+    launcher up to the entry module (`-m MODULE`) on the first line, then one argument per continuation line."""
+    parts = [
+        _double_quote_keeping_refs(arg) if (ENV_REF.search(arg) if live is None else i in live) else shlex.quote(arg)
+        for i, arg in enumerate(argv)
+    ]
+    if not multiline:
+        return " ".join(parts)
+    modules = [i for i, arg in enumerate(argv[:-1]) if arg == "-m"]
+    split = modules[-1] + 2 if modules else len(argv)
+    return " \\\n    ".join([" ".join(parts[:split]), *parts[split:]])
+
+
+def _double_quote_keeping_refs(text: str) -> str:
+    pieces = []
+    last = 0
+    for match in ENV_REF.finditer(text):
+        pieces.append(_escape_double(text[last : match.start()]))
+        pieces.append(match.group(0))
+        last = match.end()
+    pieces.append(_escape_double(text[last:]))
+    return '"' + "".join(pieces) + '"'
+
+
+def _escape_double(text: str) -> str:
+    return re.sub(r'([\\"$`])', r"\\\1", text)
 
 
 def run_logged(

@@ -9,21 +9,16 @@ from pydantic import Field, PositiveInt
 
 from memrl.core.schema import StrictModel
 from memrl.envs.collab.agents import AgentKind
-from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, SamplingConfig
-
-
-def model_from_spec(spec: str, max_concurrency: int = 32) -> ModelConfig:
-    """`NAME` (embedded name, local path or hub id, served locally) or `NAME@URL` (an OpenAI-compatible endpoint)."""
-    name, sep, url = spec.partition("@")
-    if sep and url.startswith(("http://", "https://")):
-        return OpenAIModelConfig(backend="openai", model=name, endpoint=url, max_concurrency=max_concurrency)
-    return HFModelConfig(backend="hf", model=spec)
+from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
 
 
 class CollabSampling(StrictModel):
     """Sampling per role. Budgets fit each role's JSON on the CPU default model; raise them for real models."""
 
-    agent: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=96, seed=0)
+    agent: SamplingConfig = Field(
+        default=SamplingConfig(temperature=0.7, max_tokens=96, seed=0),
+        description="memory | none | oracle | history-3 | history-all",
+    )
     retrieval: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=64)
     user: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=256, seed=0)
     reflector: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=192, seed=0)
@@ -35,20 +30,22 @@ class CollabEvalConfig(StrictModel):
         default="arith", description="problem set: arith (shipped), math-500, math-hard, logiqa, mmlu, medqa"
     )
     problems: Path | None = Field(default=None, description="local JSON/JSONL/parquet or cache folder; default: hub")
-    split: Literal["train", "eval"] = "eval"
+    split: Literal["train", "eval"] = Field(
+        default="eval", description="eval | train: which disjoint half of users and problems"
+    )
     eval_problems: PositiveInt = Field(default=100, description="problems held out for eval; the rest is train")
     profiles: Path | None = Field(default=None, description="user profiles file; default: sampled from the seed")
-    users: PositiveInt = 4
-    sessions: PositiveInt = 20
-    max_turns: PositiveInt = 10
+    users: PositiveInt = Field(default=4, description="simulated users, each with a persona and three preferences")
+    sessions: PositiveInt = Field(default=20, description="sessions per user, in order")
+    max_turns: PositiveInt = Field(default=10, description="user-agent exchanges per session")
     agent: AgentKind = AgentKind.MEMORY
-    simulator: Literal["rule", "llm"] = "rule"
-    model: ModelConfig = HFModelConfig(backend="hf", model="smollm2")
+    simulator: Literal["rule", "llm"] = Field(default="rule", description="the user simulator: rule (checkers) | llm")
+    model: ModelConfig = Field(default=HFModelConfig(backend="hf", model="smollm2"), description="the agent's model")
     user_model: ModelConfig | None = Field(default=None, description="LLM user simulator; default: `model`")
     reflector: ModelConfig | None = Field(default=None, description="session-level reflection; default: `model`")
     judge: ModelConfig | None = Field(default=None, description="grades free-form answers; default: user model")
     sampling: CollabSampling = CollabSampling()
-    seed: int = 0
+    seed: int = Field(default=0, description="seed of users, problems and sampling")
     workers: PositiveInt | None = Field(default=None, description="Ray actors; default: min(users, CPUs, 8)")
     max_in_flight: PositiveInt = Field(default=32, description="requests in flight per model endpoint, all workers")
     ray_address: str | None = Field(default=None, description="Ray cluster address; default: a local Ray")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError, closest
+from memrl.core.splits import check_disjoint as check_splits_disjoint
 
 
 class AnswerKind(StrEnum):
@@ -502,9 +503,10 @@ def split_problems(problems: Sequence[Problem], n_eval: int | float, seed: int) 
 
 def check_disjoint(train: Iterable[Problem], evaluation: Iterable[Problem]) -> None:
     """Raise ConfigError when a problem (same id, or same question up to case and spacing) is in both sets."""
-    train_keys = {k for p in train for k in (p.id, normalize_text(p.question))}
-    shared = [p for p in evaluation if p.id in train_keys or normalize_text(p.question) in train_keys]
-    if shared:
-        raise ConfigError(
-            f"train and eval problems overlap: {len(shared)} eval problem(s) also in train, e.g. {shared[0].id}"
-        )
+    check_splits_disjoint(
+        train,
+        evaluation,
+        key=(lambda p: p.id, lambda p: normalize_text(p.question)),
+        label=lambda p: p.id,
+        message="train and eval problems overlap: {n} eval problem(s) also in train, e.g. {example}",
+    )

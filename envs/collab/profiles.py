@@ -16,6 +16,7 @@ from typing import Any
 
 from memrl.core.errors import ConfigError
 from memrl.core.preferences import TAXONOMY, from_original, get_preference
+from memrl.core.splits import check_disjoint as check_splits_disjoint
 
 # Personas in our own words; the paper draws its personas from Persona Hub, which is not shipped here.
 PERSONAS: tuple[str, ...] = (
@@ -144,15 +145,12 @@ def save_profiles(profiles: Iterable[UserProfile], path: str | Path) -> None:
 
 def check_disjoint(train: Iterable[UserProfile], eval_: Iterable[UserProfile]) -> None:
     """Fail when a user (same id, or same persona and preferences) is in both sets."""
-
-    def key(p: UserProfile) -> tuple[str, frozenset[str]]:
-        return p.persona.strip().lower(), frozenset(p.preferences)
-
-    train = list(train)
-    ids, keys = {p.id for p in train}, {key(p) for p in train}
-    shared = [p.id for p in eval_ if p.id in ids or key(p) in keys]
-    if shared:
-        raise ConfigError(f"train and eval user profiles overlap in {len(shared)} user(s), e.g. {shared[0]!r}")
+    check_splits_disjoint(
+        train,
+        eval_,
+        key=(lambda p: p.id, lambda p: (p.persona.strip().lower(), frozenset(p.preferences))),
+        message="train and eval user profiles overlap in {n} user(s), e.g. {example!r}",
+    )
 
 
 def split_profiles(

@@ -1,8 +1,8 @@
 """Multi-session runs: each user's sessions in order with memory carried over, users in parallel on Ray actors.
 
-The driver owns the output: it appends each finished session to `sessions.jsonl` (fsync'ed), so a crash loses
-nothing finished, and a rerun resumes each user after its last finished session with the memory saved there.
-Workers are stateless across calls (the memory travels with the request), so any worker can run any session.
+Each user is a chain for the shared driver (`envs.driver`): it appends each finished session to `sessions.jsonl`
+(fsync'ed), so a crash loses nothing finished, and a rerun resumes each user after its last finished session with
+the memory saved there. Workers are stateless across calls (the memory travels with the request).
 
 Faults: Ray restarts a worker whose process died and the session it was running is run once more; a session whose
 model endpoint still fails after the client's retries is logged in `failed.jsonl` (not in `sessions.jsonl`), its
@@ -11,11 +11,8 @@ user stops there for this run, and a rerun runs it again.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import importlib
-import math
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,16 +21,15 @@ from typing import Any
 from rich.console import Console
 
 from memrl.core.errors import BackendError, MemrlError, first_line
-from memrl.core.jsonl import ResumableJsonl
-from memrl.core.progress import progress
-from memrl.envs.actors import EnvRun, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
+from memrl.envs.actors import EnvRun
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import AnswerKind, Problem, get_task, load_problems, split_problems
 from memrl.envs.collab.profiles import UserProfile, load_profiles, sample_profiles, split_profiles
-from memrl.envs.collab.session import SessionSpec, failed_record, run_session
+from memrl.envs.collab.session import SessionSpec, failed_record, run_session, session_key
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
+from memrl.envs.driver import Chain, Schedule, World, drive
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig
@@ -94,14 +90,6 @@ def needed_roles(cfg: CollabEvalConfig) -> Roles:
         user=cfg.user_model_or_default() if cfg.simulator == "llm" else None,
         judge=cfg.judge_or_default() if free_form else None,
     )
-
-
-def serve_locally(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_worker: int) -> Roles:
-    """Every role on an endpoint all workers share; an in-process model is served once."""
-    endpoint = endpoint_server(stack, log_dir, per_worker)
-    agent = endpoint(roles.agent)
-    assert agent is not None
-    return Roles(agent, endpoint(roles.reflector), endpoint(roles.user), endpoint(roles.judge))
 
 
 # --- workers ------------------------------------------------------------------------------------------------------
@@ -169,16 +157,6 @@ def _ray_node() -> str | None:
 # --- driver -------------------------------------------------------------------------------------------------------
 
 
-def _resume_state(sink: ResumableJsonl) -> dict[str, tuple[int, AgentMemory]]:
-    """Per user: the next session index and the memory saved by the last finished one."""
-    state: dict[str, tuple[int, AgentMemory]] = {}
-    for record in sink.records():
-        index = int(record["session"])
-        if index + 1 > state.get(record["user_id"], (0, AgentMemory()))[0]:
-            state[record["user_id"]] = (index + 1, AgentMemory.from_record(record["memory"]))
-    return state
-
-
 def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
     """Run (or resume) the evaluation into `out`; return every finished session record."""
     return collab_run(cfg, out, console).records
@@ -191,55 +169,16 @@ def collab_run(cfg: CollabEvalConfig, out: Path, console: Console) -> EnvRun:
     next session needs the memory this one would have written); the other users go on. A run in which sessions
     failed and none finished raises the first failure as one line.
     """
-
     users = select_profiles(cfg)
     plan = assign_problems(users, select_problems(cfg), cfg.sessions, cfg.seed)
-    planned = len(users) * cfg.sessions
-    out.mkdir(parents=True, exist_ok=True)
-    sink = ResumableJsonl(out / SESSIONS_FILE, key="key")
-    state = _resume_state(sink)
-    todo = {u.id: state.get(u.id, (0, AgentMemory())) for u in users if state.get(u.id, (0,))[0] < cfg.sessions}
-    by_id = {u.id: u for u in users}
-    n_workers = min(cfg.workers or min(len(users), os.cpu_count() or 1, 8), max(len(todo), 1))
-    per_worker = max(1, math.ceil(cfg.max_in_flight / n_workers))
-
-    def result(retried: int = 0) -> EnvRun:
-        records = list(sink.records())
-        return EnvRun(records, FailedWork.outstanding(out, sink.done), planned, retried)
-
-    with contextlib.ExitStack() as stack, progress(console) as bar:
-        task = bar.add_task("sessions", total=planned, completed=len(sink.done))
-        if not todo:
-            return result()
-        roles = serve_locally(needed_roles(cfg), stack, out / "logs", per_worker)
-        start_ray(cfg.ray_address, stack)
-        workers = spawn_workers(SessionRunner, n_workers, WorkerSpec(cfg, roles))
-        failures = FailedWork(out, console)
-        in_flight: InFlight[tuple[str, int]] = InFlight(
-            lambda tag: f"user {tag[0]} session {tag[1]}",
-            warn=lambda line: console.print(line, style="yellow", markup=False),
-        )
-        slots = {user_id: slot for slot, user_id in enumerate(todo)}
-
-        def submit(user_id: str) -> None:
-            index, memory = todo[user_id]
-            args = (by_id[user_id].to_record(), plan[user_id][index].to_record(), index, memory.to_record())
-            in_flight.submit((user_id, index), workers[slots[user_id] % n_workers], *args)
-
-        for user_id in todo:
-            submit(user_id)
-        finished = 0
-        while in_flight:
-            (user_id, index), record = in_flight.next()
-            if record.get("status") == "failed":
-                failures.add(f"user {user_id} session {index}", record)
-                continue  # the user's later sessions need this one's memory: they wait for a rerun
-            if record["key"] not in sink.done:  # a result never lands twice
-                sink.append(record)
-                finished += 1
-            bar.advance(task)
-            todo[user_id] = (index + 1, AgentMemory.from_record(record["memory"]))
-            if index + 1 < cfg.sessions:
-                submit(user_id)
-        failures.check(finished)
-    return result(in_flight.retried)
+    chains = [Chain(u.id, [SessionSpec(u, p, i) for i, p in enumerate(plan[u.id])], AgentMemory()) for u in users]
+    schedule: Schedule[SessionSpec, AgentMemory] = Schedule(
+        key=lambda s: session_key(s.profile.id, s.index),
+        name=lambda s: f"user {s.profile.id} session {s.index}",
+        args=lambda s, memory: (s.profile.to_record(), s.problem.to_record(), s.index, memory.to_record()),
+        advance=lambda _, record: AgentMemory.from_record(record["memory"]),
+    )
+    world = World(SessionRunner, needed_roles(cfg), lambda roles: WorkerSpec(cfg, roles))
+    return drive(
+        cfg, out, console, records=SESSIONS_FILE, label="sessions", chains=chains, schedule=schedule, world=world
+    )

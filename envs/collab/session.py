@@ -2,6 +2,9 @@
 
 The record keeps every turn, the simulator's enforcement flag, the enforcing utterances (epsilon, what the
 reflection reward needs), the notes before and after, and the parse failures of every model call.
+
+`CollabEpisode` is the session as an `Episode` (memrl.envs.episode), stepped one agent reply at a time, for
+evaluation, data generation and RL alike; `run_session` is a `CollabAgent` playing it, then reflecting.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from memrl.envs.collab.checkers import TurnContext, Verdict, is_clarifying_quest
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile
-from memrl.envs.collab.user_sim import UserSimulator, UserTurn, checker_verdicts
+from memrl.envs.collab.user_sim import UserSession, UserSimulator, UserTurn, checker_verdicts
+from memrl.envs.episode import PolicyReply, Step, play
 from memrl.rollout.base import Message
 
 MAX_TURNS = 10  # user-agent exchanges per session, as in the paper
@@ -61,6 +65,124 @@ def _checker_view(spec: SessionSpec, agent_text: str, turn: UserTurn) -> dict[st
     }
 
 
+class CollabEpisode:
+    """One session as an `Episode`: the simulated user opens, each step is one agent reply and the user's answer.
+
+    `step(reply, retrieved=None, parse_failed=False, retrieval_failed=False)`: `retrieved` is what the agent
+    retrieved for the reply (kept in the turn log); the flags count the agent's parse failures in the record.
+    The episode ends when the user terminates (the user's last turn closes the observation) or after `max_turns`
+    replies (time runs out: the user's last reaction is never said, but its draft is what gets graded and its parse
+    failure is counted). The last step grades the draft and carries the reward parts `task_success` (0/1),
+    `user_effort` (enforcing utterances) and `length` (turns); earlier steps carry none. `info` has the user's
+    reaction (`enforce`, `violated`, `draft_answer`), and on the last step `ended_by` ("user" or "max_turns").
+    The record is the environment's side of the session record: `run_session` adds the agent's.
+    """
+
+    def __init__(self, spec: SessionSpec, simulator: UserSimulator, grader: Grader, max_turns: int = MAX_TURNS) -> None:
+        if max_turns < 1:
+            raise ValueError(f"a session needs at least one exchange, got max_turns={max_turns}")
+        self.spec = spec
+        self.max_turns = max_turns
+        self._simulator = simulator
+        self._grader = grader
+        self._user: UserSession | None = None  # None until reset
+        self._record: dict[str, Any] | None = None  # set by the last step
+        self._started = 0.0
+        self._turns: list[Message] = []  # what the agent sees
+        self._log: list[dict[str, Any]] = []  # the same turns with the user's flags and the agent's retrieval
+        self._failures = {"agent": 0, "user": 0, "retrieval": 0}
+        self._replies = 0
+
+    async def reset(self) -> list[Message]:
+        """Start the session afresh (a new user session) and return the user's opening."""
+        self._started = time.time()
+        self._user = self._simulator.start(self.spec.profile, self.spec.problem, self.max_turns)
+        self._record = None
+        self._turns, self._log = [], []
+        self._failures = {"agent": 0, "user": 0, "retrieval": 0}
+        self._replies = 0
+        self._say(await self._user.open(), {})
+        return list(self._turns)
+
+    def _say(self, turn: UserTurn, view: dict[str, Any]) -> None:
+        self._turns.append({"role": "user", "content": turn.response})
+        entry = {"role": "user", "content": turn.response, "enforce": turn.enforce, "violated": list(turn.violated)}
+        self._log.append(entry | view)
+        self._failures["user"] += turn.parse_failed
+
+    async def step(
+        self,
+        reply: str,
+        *,
+        retrieved: str | None = None,
+        parse_failed: bool = False,
+        retrieval_failed: bool = False,
+        **unknown: Any,
+    ) -> Step:
+        if unknown:
+            raise TypeError(f"CollabEpisode.step takes no annotation {', '.join(sorted(unknown))}")
+        if self._user is None:
+            raise RuntimeError("reset the episode before stepping it")
+        if self._record is not None:
+            raise RuntimeError("the episode is over: reset it to start again")
+        self._turns.append({"role": "assistant", "content": reply})
+        self._log.append({"role": "assistant", "content": reply, "retrieved": retrieved})
+        self._failures["agent"] += parse_failed
+        self._failures["retrieval"] += retrieval_failed
+        self._replies += 1
+        turn = await self._user.reply(self._turns)
+        view = _checker_view(self.spec, reply, turn)
+        info: dict[str, Any] = {
+            "enforce": turn.enforce,
+            "violated": list(turn.violated),
+            "draft_answer": turn.draft_answer,
+        }
+        if turn.terminate:
+            self._say(turn, view)
+            ended_by = "user"
+        elif self._replies >= self.max_turns:
+            self._failures["user"] += turn.parse_failed  # the user read the last reply and updated the draft
+            ended_by = "max_turns"
+        else:
+            self._say(turn, view)
+            return Step(list(self._turns), info=info)
+        record = await self._finish(turn.draft_answer, ended_by)
+        reward = {name: float(record[name]) for name in ("task_success", "user_effort", "length")}
+        return Step(list(self._turns), reward, True, info | {"ended_by": ended_by})
+
+    async def _finish(self, draft: str, ended_by: str) -> dict[str, Any]:
+        spec = self.spec
+        grade = await self._grader.grade(spec.problem, draft)
+        enforcing = [t["content"] for t in self._log if t["role"] == "user" and t.get("enforce")]
+        self._record = {
+            "key": session_key(spec.profile.id, spec.index),
+            "user_id": spec.profile.id,
+            "session": spec.index,
+            "task": spec.problem.task,
+            "problem_id": spec.problem.id,
+            "preferences": list(spec.profile.preferences),
+            "turns": self._log,
+            "enforcing_utterances": enforcing,
+            "draft_answer": draft,
+            "gold_answer": spec.problem.answer,
+            "grade": {"correct": grade.correct, "method": grade.method, "reasoning": grade.reasoning},
+            "task_success": int(grade.correct),
+            "user_effort": len(enforcing),
+            "length": len(self._turns),
+            "ended_by": ended_by,
+            "parse_failures": self._failures,
+            "started_at": self._started,
+            "finished_at": time.time(),
+        }
+        return self._record
+
+    def record(self) -> dict[str, Any]:
+        """The environment's side of the session record (no agent kind, notes or memory); only once done."""
+        if self._record is None:
+            raise RuntimeError("the episode has no record before its last step")
+        return self._record
+
+
 async def run_session(
     spec: SessionSpec,
     agent: CollabAgent,
@@ -69,66 +191,43 @@ async def run_session(
     memory: AgentMemory,
     max_turns: int = MAX_TURNS,
 ) -> tuple[dict[str, Any], AgentMemory]:
-    """Run the session; return its record and the agent's memory for the user's next session."""
-    started = time.time()
-    user = simulator.start(spec.profile, spec.problem, max_turns)
-    turns: list[Message] = []
-    log: list[dict[str, Any]] = []
-    failures = {"agent": 0, "user": 0, "retrieval": 0, "reflection": 0}
-    ended_by = "max_turns"
+    """Run the session (the agent plays a `CollabEpisode`, then reflects); return its record and the agent's memory
+    for the user's next session."""
+    episode = CollabEpisode(spec, simulator, grader, max_turns)
 
-    def say(turn: UserTurn, view: dict[str, Any]) -> None:
-        turns.append({"role": "user", "content": turn.response})
-        log.append({"role": "user", "content": turn.response, "enforce": turn.enforce, "violated": list(turn.violated)})
-        log[-1].update(view)
-        failures["user"] += turn.parse_failed
+    async def policy(observation: list[Message]) -> PolicyReply:
+        reply = await agent.reply(spec.profile, memory, observation)
+        flags = {"parse_failed": reply.parse_failed, "retrieval_failed": reply.retrieval_failed}
+        return reply.text, {"retrieved": reply.retrieved, **flags}
 
-    turn, view = await user.open(), dict[str, Any]()
-    for _ in range(max_turns):
-        say(turn, view)
-        reply = await agent.reply(spec.profile, memory, turns)
-        turns.append({"role": "assistant", "content": reply.text})
-        log.append({"role": "assistant", "content": reply.text, "retrieved": reply.retrieved})
-        failures["agent"] += reply.parse_failed
-        failures["retrieval"] += reply.retrieval_failed
-        turn = await user.reply(turns)
-        view = _checker_view(spec, reply.text, turn)
-        if turn.terminate:
-            say(turn, view)
-            ended_by = "user"
-            break
-    else:
-        failures["user"] += turn.parse_failed  # the user read the last reply and updated the draft, then time ran out
-
-    draft = turn.draft_answer
-    grade = await grader.grade(spec.problem, draft)
-    new_memory, reflection = await agent.end_session(memory, turns)
-    failures["reflection"] += bool(reflection and reflection.parse_failed)
-    enforcing = [t["content"] for t in log if t["role"] == "user" and t.get("enforce")]
+    final = await play(episode, policy)
+    new_memory, reflection = await agent.end_session(memory, final.observation)
+    env = episode.record()
     record = {
-        "key": session_key(spec.profile.id, spec.index),
-        "user_id": spec.profile.id,
-        "session": spec.index,
-        "task": spec.problem.task,
-        "problem_id": spec.problem.id,
+        **{key: env[key] for key in ("key", "user_id", "session", "task", "problem_id")},
         "agent": agent.kind.value,
-        "preferences": list(spec.profile.preferences),
-        "turns": log,
-        "enforcing_utterances": enforcing,
-        "draft_answer": draft,
-        "gold_answer": spec.problem.answer,
-        "grade": {"correct": grade.correct, "method": grade.method, "reasoning": grade.reasoning},
-        "task_success": int(grade.correct),
-        "user_effort": len(enforcing),
-        "length": len(turns),
-        "ended_by": ended_by,
+        **{key: env[key] for key in _OUTCOME_KEYS},
         "notes_before": memory.notes,
         "notes_after": new_memory.notes,
         "reflection_reasoning": reflection.reasoning if reflection else "",
         "reflection_raw": reflection.raw if reflection else "",
-        "parse_failures": failures,
+        "parse_failures": env["parse_failures"] | {"reflection": int(bool(reflection and reflection.parse_failed))},
         "memory": new_memory.to_record(),
-        "started_at": started,
+        "started_at": env["started_at"],
         "finished_at": time.time(),
     }
     return record, new_memory
+
+
+_OUTCOME_KEYS = (
+    "preferences",
+    "turns",
+    "enforcing_utterances",
+    "draft_answer",
+    "gold_answer",
+    "grade",
+    "task_success",
+    "user_effort",
+    "length",
+    "ended_by",
+)

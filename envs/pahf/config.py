@@ -37,30 +37,33 @@ class PahfSampling(StrictModel):
 
 
 class PahfEvalConfig(StrictModel):
-    domain: Domain
+    domain: Domain = Field(description="shopping | embodied")
     data: Path = Field(description="released layout: a folder holding shopping/ or embodied/, or that folder itself")
-    agent: AgentKind = AgentKind.PAHF
-    memory: Literal["sqlite", "faiss"] = "sqlite"
+    agent: AgentKind = Field(
+        default=AgentKind.PAHF,
+        description="none | pre (asks before acting) | post (learns from feedback) | pahf (both)",
+    )
+    memory: Literal["sqlite", "faiss"] = Field(default="sqlite", description="note store: sqlite | faiss")
     users: PositiveInt | None = Field(default=None, description="the first N users (phase-1 order); None: all")
     scenarios: PositiveInt | None = Field(default=None, description="first N scenarios per user per phase")
     passes: PositiveInt = Field(default=1, description="passes over the scenarios of each learning phase")
     tau: float = Field(default=0.8, ge=0.0, le=1.0, description="merge into the nearest note above this cosine")
-    top_k: PositiveInt = 5
-    feedback_style: Style = "minimal"
+    top_k: PositiveInt = Field(default=5, description="notes retrieved per task")
+    feedback_style: Style = Field(default="minimal", description="minimal | detailed")
     user_sim: Literal["rule", "llm"] = Field(
         default="rule", description="who answers questions (and gives embodied feedback): data rules or an LLM"
     )
-    model: ModelConfig = HFModelConfig(backend="hf", model="smollm2")
+    model: ModelConfig = Field(default=HFModelConfig(backend="hf", model="smollm2"), description="the agent's model")
     user_model: ModelConfig | None = Field(default=None, description="LLM persona user; default: `model`")
     writer_model: ModelConfig | None = Field(
         default=None, description="writes memory (salience, note, merge), e.g. a trained reflector; default: `model`"
     )
-    embedder: str = "all-minilm-l6-v2"
+    embedder: str = Field(default="all-minilm-l6-v2", description="sentence embedder of the note store")
     sampling: PahfSampling = PahfSampling()
-    seed: int = 0
+    seed: int = Field(default=0, description="seed of sampling and of every random choice")
     workers: PositiveInt | None = Field(default=None, description="Ray actors; default: min(users, CPUs, 8)")
     max_in_flight: PositiveInt = Field(default=32, description="requests in flight per model endpoint")
-    ray_address: str | None = None
+    ray_address: str | None = Field(default=None, description="Ray cluster address; default: a local Ray")
 
     def user_model_or_default(self) -> ModelConfig:
         return self.user_model or self.model

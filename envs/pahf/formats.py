@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
 from memrl.core import files as json_files
 from memrl.core.errors import MemrlError
+from memrl.core.schema import LenientModel
 
 Label = Literal["A", "B", "C"]
 LABELS: tuple[Label, ...] = ("A", "B", "C")
@@ -28,11 +29,7 @@ class PahfDataError(MemrlError):
     """A PAHF data file is malformed or in an unknown format; the message names the file and the field."""
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class ShoppingScenario(_Lenient):
+class ShoppingScenario(LenientModel):
     """One purchase: up to three options (label -> feature values); `gt` None means buying nothing is right."""
 
     product: str
@@ -68,13 +65,13 @@ class ShoppingScenario(_Lenient):
         return out
 
 
-class FeaturePreference(_Lenient):
+class FeaturePreference(LenientModel):
     like_most: str
     like_second: list[str]
     dislike: list[str]
 
 
-class PersonaTable(_Lenient):
+class PersonaTable(LenientModel):
     """A user's preference table: product -> feature -> which values they like most, accept, or dislike."""
 
     name: str
@@ -98,7 +95,7 @@ class PersonaTable(_Lenient):
         return {"persona_info": info, "sample_list": list(self.products)}
 
 
-class EmbodiedScenario(_Lenient):
+class EmbodiedScenario(LenientModel):
     index: int
     scene: str
     task: str

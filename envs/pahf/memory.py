@@ -14,7 +14,6 @@ from __future__ import annotations
 import builtins
 import json
 import operator
-import os
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
@@ -27,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from memrl.core.errors import MemrlError, closest, first_line
+from memrl.core.files import atomic_write_json
 
 SCORE_DECIMALS = 9  # far below float32 noise, far above float64 noise: equal vectors tie whatever the BLAS order
 MEMORY_KINDS: tuple[str, ...] = ("sqlite", "faiss")
@@ -414,9 +414,7 @@ class FaissMemory(_Store):
                 path.mkdir(parents=True, exist_ok=True)
                 for user, name in files.items():
                     faiss.write_index(self._indexes[user], str(path / name))
-                tmp = path / "meta.json.tmp"
-                tmp.write_text(json.dumps(meta, ensure_ascii=False) + "\n")
-                os.replace(tmp, path / "meta.json")
+                atomic_write_json(path / "meta.json", meta, indent=None)
             except (OSError, RuntimeError) as exc:
                 raise MemrlError(f"{self.where}: cannot save the FAISS memory: {first_line(exc)}") from exc
 

@@ -1,18 +1,16 @@
 """PAHF runs: each user's tasks in order with its memory carried over, users in parallel on Ray actors.
 
-The driver owns the output: each finished task is appended to `tasks.jsonl` (fsync'ed), keyed phase/user/index/pass.
-Each user's notes live in their own file under `memory/` (a SQLite file, or a FAISS folder saved after every
-task), held open by the actor that runs that user. Every task record also carries the user's notes after the task,
-and every task sent carries the notes of the user's last recorded task, so memory is exact whatever died: the actor
-rebuilds the store when the file disagrees (a crash between the memory write and the record append, a worker killed
-mid-task and restarted by Ray, a task whose endpoint failed half-way).
+Each user is a chain for the shared driver (`envs.driver`), pinned to one actor: each finished task is appended to
+`tasks.jsonl` (fsync'ed), keyed phase/user/index/pass. Each user's notes live in their own file under `memory/` (a
+SQLite file, or a FAISS folder saved after every task), held open by the actor that runs that user. Every task
+record also carries the user's notes after the task, and every task sent carries the notes of the user's last
+recorded task, so memory is exact whatever died: the actor rebuilds the store when the file disagrees (a crash
+between the memory write and the record append, a worker killed mid-task and restarted by Ray, a task whose endpoint
+failed half-way).
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
-import os
 import re
 import shutil
 from dataclasses import dataclass, replace
@@ -22,9 +20,8 @@ from typing import Any
 from rich.console import Console
 
 from memrl.core.errors import BackendError, first_line
-from memrl.core.jsonl import ResumableJsonl
-from memrl.core.progress import progress
-from memrl.envs.actors import EnvRun, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
+from memrl.envs.actors import EnvRun
+from memrl.envs.driver import Chain, Schedule, World, drive
 from memrl.envs.pahf.agent import ABILITIES, MemoryWriter, PahfAgent
 from memrl.envs.pahf.config import PahfEvalConfig
 from memrl.envs.pahf.memory import MemoryStore, build_memory
@@ -47,14 +44,6 @@ class Roles:
 
 def needed_roles(cfg: PahfEvalConfig) -> Roles:
     return Roles(cfg.model, cfg.user_model_or_default() if cfg.user_sim == "llm" else None, cfg.writer_model)
-
-
-def serve_locally(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_worker: int) -> Roles:
-    """Every role on an endpoint all workers share; an in-process model is served once."""
-    endpoint = endpoint_server(stack, log_dir, per_worker)
-    agent = endpoint(roles.agent)
-    assert agent is not None
-    return Roles(agent, endpoint(roles.user), endpoint(roles.writer))
 
 
 def memory_path(memory_dir: Path, kind: str, user: str) -> Path:
@@ -162,52 +151,16 @@ def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> EnvRun:
     tasks failed and none finished raises the first failure as one line.
     """
     plan = plan_jobs(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    sink = ResumableJsonl(out / TASKS_FILE, key="key")
-    done = {r["key"]: r for r in sink.records()}
-    todo = {user: [j for j in jobs if j.key not in done] for user, jobs in plan.items()}
-    todo = {user: jobs for user, jobs in todo.items() if jobs}
-    notes = {user: ([done[j.key]["notes"] for j in jobs if j.key in done] or [[]])[-1] for user, jobs in plan.items()}
-    total = sum(len(jobs) for jobs in plan.values())
-    n_workers = min(cfg.workers or min(len(plan), os.cpu_count() or 1, 8), max(len(todo), 1))
-    per_worker = max(1, math.ceil(cfg.max_in_flight / n_workers))
-    retried, finished = 0, 0
-    failures = FailedWork(out, console)
-
-    with contextlib.ExitStack() as stack, progress(console) as bar:
-        bar_task = bar.add_task("tasks", total=total, completed=total - sum(len(j) for j in todo.values()))
-        if todo:
-            roles = needed_roles(cfg)
-            if n_workers > 1 or cfg.ray_address is not None:
-                roles = serve_locally(roles, stack, out / "logs", per_worker)
-            # else the one local actor loads an in-process model itself: a server would only add its start-up
-            start_ray(cfg.ray_address, stack)
-            spec = WorkerSpec(cfg, roles, (out / MEMORY_DIR).resolve())
-            workers = spawn_workers(UserRunner, n_workers, spec)
-            slots = {user: slot % n_workers for slot, user in enumerate(todo)}  # a user stays on one actor
-            in_flight: InFlight[Job] = InFlight(
-                lambda j: f"task {j.key}", warn=lambda line: console.print(line, style="yellow", markup=False)
-            )
-
-            def submit(user: str) -> None:
-                if todo[user]:
-                    job = replace(todo[user].pop(0), notes=notes[user])
-                    in_flight.submit(job, workers[slots[user]], job)
-
-            for user in todo:
-                submit(user)
-            while in_flight:
-                job, record = in_flight.next()
-                if record.get("status") == "failed":
-                    failures.add(f"task {job.key}", record)
-                    continue  # the user's later tasks need this one's memory: they wait for a rerun
-                sink.append(record)
-                done[record["key"]] = record
-                notes[job.user] = record["notes"]
-                finished += 1
-                bar.advance(bar_task)
-                submit(job.user)
-            retried = in_flight.retried
-    failures.check(finished)
-    records = [done[j.key] for jobs in plan.values() for j in jobs if j.key in done]
-    return EnvRun(records, FailedWork.outstanding(out, done), total, retried)
+    schedule: Schedule[Job, list[str]] = Schedule(
+        key=lambda job: job.key,
+        name=lambda job: f"task {job.key}",
+        args=lambda job, notes: (replace(job, notes=notes),),
+        advance=lambda _, record: record["notes"],
+    )  # each user on one actor, which holds the user's store open
+    memory_dir = (out / MEMORY_DIR).resolve()
+    # serve_one=False: one local actor loads an in-process model itself, a server would only add its start-up
+    world = World(UserRunner, needed_roles(cfg), lambda roles: WorkerSpec(cfg, roles, memory_dir), serve_one=False)
+    chains = [Chain(user, jobs, list[str]()) for user, jobs in plan.items()]
+    run = drive(cfg, out, console, records=TASKS_FILE, label="tasks", chains=chains, schedule=schedule, world=world)
+    done = {r["key"]: r for r in run.records}
+    return replace(run, records=[done[j.key] for jobs in plan.values() for j in jobs if j.key in done])

@@ -16,11 +16,23 @@ DEFAULT_CHAT_MODEL = HFModelConfig(backend="hf", model="smollm2")
 class TodSampling(StrictModel):
     """Sampling per LLM role: greedy, so a rerun of the same setup says the same things."""
 
-    intent: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=48)
-    reasoner: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=256)
-    reader: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=128)
-    user: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=64)
-    supervisor: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=192)
+    intent: SamplingConfig = Field(
+        default=SamplingConfig(temperature=0.0, max_tokens=48), description="intent extractor: schema (offline) | llm"
+    )
+    reasoner: SamplingConfig = Field(
+        default=SamplingConfig(temperature=0.0, max_tokens=256),
+        description="missing-slot reasoner: schema (offline) | llm",
+    )
+    reader: SamplingConfig = Field(
+        default=SamplingConfig(temperature=0.0, max_tokens=128),
+        description="template (offline) or llm (reader_model writes the confirmation)",
+    )
+    user: SamplingConfig = Field(
+        default=SamplingConfig(temperature=0.0, max_tokens=64), description="user simulator: rule | llm"
+    )
+    supervisor: SamplingConfig = Field(
+        default=SamplingConfig(temperature=0.0, max_tokens=192), description="supervisor: rule | llm"
+    )
     quality: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=128)
 
 
@@ -28,24 +40,26 @@ class TodEvalConfig(StrictModel):
     data: Path = Field(description="MS-TOD folder: persona_*.json, schema.json, optional memory/")
     schema_file: Path | None = Field(default=None, description="SGD schema.json; default: DATA/schema.json")
     judger: Path | None = Field(default=None, description="trained judger folder; None: retrieval alone")
-    retriever: Literal["dense", "bm25", "hybrid"] = "dense"
+    retriever: Literal["dense", "bm25", "hybrid"] = Field(
+        default="dense", description="dense (MiniLM) | bm25 | hybrid retrieval over the memory QA pairs"
+    )
     alpha: float = Field(default=0.5, ge=0.0, le=1.0, description="weight of the retrieval score in the fusion")
-    top_k: PositiveInt = 5
+    top_k: PositiveInt = Field(default=5, description="QA pairs the reader gets")
     top_units: PositiveInt | None = Field(default=3, description="memory units kept by intent alignment; None: all")
     reader: Literal["template", "llm"] = "llm"
-    reader_model: ModelConfig = DEFAULT_CHAT_MODEL
+    reader_model: ModelConfig = Field(default=DEFAULT_CHAT_MODEL, description="the reader's model")
     intent: Literal["schema", "llm"] = "schema"
     reasoner: Literal["schema", "llm"] = "schema"
     user: Literal["rule", "llm"] = "rule"
     supervisor: Literal["rule", "llm"] = "rule"
     llm: ModelConfig | None = Field(default=None, description="model of the llm roles; default: the reader's")
     quality_judge: ModelConfig | None = Field(default=None, description="rates confirmation responses 1-10")
-    max_turns: PositiveInt = 10
+    max_turns: PositiveInt = Field(default=10, description="assistant turns before a task fails")
     split_from: Path | None = Field(default=None, description="judger data folder: evaluate its eval individuals")
     individuals: PositiveInt | None = Field(default=None, description="the first N individuals; None: all")
     sessions: PositiveInt | None = Field(default=None, description="the first N confirming sessions; None: all")
     sampling: TodSampling = TodSampling()
-    seed: int = 0
+    seed: int = Field(default=0, description="seed of sampling and of every random choice")
     workers: PositiveInt | None = Field(default=None, description="Ray actors; default: min(sessions, CPUs, 8)")
     max_in_flight: PositiveInt = Field(default=32, description="sessions in flight, all workers together")
     ray_address: str | None = Field(default=None, description="Ray cluster address; default: a local Ray")

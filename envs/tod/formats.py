@@ -1,4 +1,4 @@
-"""The MS-TOD per-individual JSON format: models, loader, atomic writer, and which format a JSON file holds.
+"""The MS-TOD per-individual JSON format: models, loader, writer, and which format a JSON file holds.
 
 The loader reads the format as released (`persona_id`, `sessions`, no extra keys) and our generated files, which add
 two optional fields: `slots` on a turn (the slot values that turn states) and `stage` on a session. Unknown keys of
@@ -7,16 +7,16 @@ other releases are ignored rather than rejected. Any malformed file fails with o
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from memrl.core import files as json_files
+from memrl.core.files import atomic_write_json
+from memrl.core.schema import LenientModel
 from memrl.envs.tod.schema import Schemas, TodDataError
 
 Stage = Literal["incomplete", "updating", "confirming"]
@@ -27,11 +27,7 @@ NEITHER = (
 )
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class Turn(_Lenient):
+class Turn(LenientModel):
     speaker: Literal["user", "assistant"]
     utterance: str
     slots: dict[str, str] = Field(default_factory=dict)  # extension: the values this turn states
@@ -51,12 +47,12 @@ def as_dicts(turns: Sequence[Turn]) -> list[dict[str, str]]:
     return [{"speaker": t.speaker, "utterance": t.utterance} for t in turns]
 
 
-class ConfirmationState(_Lenient):
+class ConfirmationState(LenientModel):
     slot_values: dict[str, str]
     confirmation_utterance_id: int = Field(ge=0)  # index in `turns` of the assistant's confirmation
 
 
-class Session(_Lenient):
+class Session(LenientModel):
     session_id: int
     reference_dialogue_id: str
     exist_confirmation: bool
@@ -116,7 +112,7 @@ class Session(_Lenient):
         return record
 
 
-class Individual(_Lenient):
+class Individual(LenientModel):
     persona_id: int
     sessions: list[Session]
 
@@ -252,22 +248,9 @@ def load_tod_dir(path: str | Path, schemas: Schemas | None = None) -> list[Indiv
     return individuals
 
 
-def atomic_write_json(data: Any, path: Path) -> Path:
-    """Write through a temporary file and rename, so a crash never leaves half a file under the final name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, ensure_ascii=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
-
-
 def individual_path(out_dir: str | Path, persona_id: int) -> Path:
     return Path(out_dir) / f"persona_{persona_id}.json"
 
 
 def write_individual(ind: Individual, out_dir: str | Path) -> Path:
-    return atomic_write_json(ind.to_record(), individual_path(out_dir, ind.persona_id))
+    return atomic_write_json(individual_path(out_dir, ind.persona_id), ind.to_record())

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from memrl.envs.tod.formats import Individual, Session, Turn, atomic_write_json, mentions, read_json
+from memrl.core.files import atomic_write_json
+from memrl.envs.tod.formats import Individual, Session, Turn, mentions, read_json
 from memrl.envs.tod.schema import Schemas, TodDataError, intent_phrase, slot_phrase, slot_question
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
 from memrl.rollout.json_output import field_text, parse_json_object
@@ -223,12 +224,8 @@ def memory_path(tod_dir: str | Path, persona_id: int) -> Path:
 
 
 def write_memory_bank(bank: MemoryBank, tod_dir: str | Path) -> Path:
-    return atomic_write_json(bank.to_record(), memory_path(tod_dir, bank.persona_id))
-
-
-def write_memory_banks(banks: Iterable[MemoryBank], tod_dir: str | Path) -> list[Path]:
     """`tod_dir/memory/persona_<id>.json`, one atomic file per individual."""
-    return [write_memory_bank(b, tod_dir) for b in banks]
+    return atomic_write_json(memory_path(tod_dir, bank.persona_id), bank.to_record())
 
 
 def read_memory_bank(path: Path) -> MemoryBank:

@@ -1,18 +1,16 @@
 """The MS-TOD evaluation: every held-out confirming session of the chosen individuals, in parallel on Ray actors.
 
 Sessions are independent (memory is read-only: the units of the individual's earlier sessions travel with the
-request), so stateless workers built once with their backends, retriever and judger can run any of them. The
-driver owns the output: each finished session is appended to `sessions.jsonl` (fsync'ed), and a rerun runs only
-the sessions not there yet. Ray restarts a worker whose process died and its session runs once more; a session a
-model endpoint could not serve after the client's retries goes to `failed.jsonl` and runs again on a rerun.
+request), so stateless workers built once with their backends, retriever and judger can run any of them: each
+session is a chain of one for the shared driver (`envs.driver`), at most `max_in_flight` in flight. The driver owns
+the output: each finished session is appended to `sessions.jsonl` (fsync'ed), and a rerun runs only the sessions
+not there yet. Ray restarts a worker whose process died and its session runs once more; a session a model endpoint
+could not serve after the client's retries goes to `failed.jsonl` and runs again on a rerun.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,9 +19,8 @@ from typing import Any
 from rich.console import Console
 
 from memrl.core.errors import BackendError, MemrlError, first_line
-from memrl.core.jsonl import ResumableJsonl
-from memrl.core.progress import progress
-from memrl.envs.actors import FAILED_FILE, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
+from memrl.envs.actors import FAILED_FILE
+from memrl.envs.driver import Chain, Schedule, World, drive
 from memrl.envs.tod.config import TodEvalConfig
 from memrl.envs.tod.formats import Individual, Session, Turn, load_tod_dir
 from memrl.envs.tod.memory import MemoryUnit, load_memory_banks
@@ -117,12 +114,6 @@ def needed_roles(cfg: TodEvalConfig) -> Roles:
         llm=cfg.llm_or_default() if cfg.llm_roles() else None,
         quality=cfg.quality_judge,
     )
-
-
-def serve_locally(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_worker: int) -> Roles:
-    """Every role on an endpoint all workers share; an in-process model is served once."""
-    endpoint = endpoint_server(stack, log_dir, per_worker)
-    return Roles(endpoint(roles.reader), endpoint(roles.llm), endpoint(roles.quality))
 
 
 # --- workers ------------------------------------------------------------------------------------------------------
@@ -233,55 +224,28 @@ class SessionRunner:
 
 def run_tod(cfg: TodEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
     """Run (or resume) the evaluation into `out`; return the records of the chosen sessions."""
-
     schemas = load_schemas(cfg.schema_path())
     jobs = plan_jobs(cfg, schemas)
     if not jobs:
         raise MemrlError(f"{cfg.data}: the chosen individuals have no confirming session to evaluate")
+    schedule: Schedule[Job, None] = Schedule(
+        key=lambda job: job.key,
+        name=lambda job: f"session {job.key}",
+        args=lambda job, _: (job,),
+        pinned=False,
+        at_once=cfg.max_in_flight,
+    )
+    world = World(SessionRunner, needed_roles(cfg), lambda roles: WorkerSpec(cfg, roles, schemas))
+    chains = [Chain(job.key, [job], None) for job in jobs]  # independent sessions
+    run = drive(
+        cfg, out, console, records=SESSIONS_FILE, label="sessions", chains=chains, schedule=schedule, world=world
+    )
     wanted = {j.key for j in jobs}
-    out.mkdir(parents=True, exist_ok=True)
-    sink = ResumableJsonl(out / SESSIONS_FILE, key="key")
-    todo = [j for j in jobs if j.key not in sink.done]
-    n_workers = min(cfg.workers or min(os.cpu_count() or 1, 8), max(len(todo), 1))
-    per_worker = max(1, math.ceil(cfg.max_in_flight / n_workers))
-
-    with contextlib.ExitStack() as stack, progress(console) as bar:
-        task = bar.add_task("sessions", total=len(jobs), completed=len(jobs) - len(todo))
-        if todo:
-            roles = serve_locally(needed_roles(cfg), stack, out / "logs", per_worker)
-            start_ray(cfg.ray_address, stack)
-            spec = WorkerSpec(cfg, roles, schemas)
-            workers = spawn_workers(SessionRunner, n_workers, spec)
-            failures = FailedWork(out, console)
-            pending = iter(todo)
-            in_flight: InFlight[str] = InFlight(
-                lambda key: f"session {key}", warn=lambda line: console.print(line, style="yellow", markup=False)
-            )
-
-            def submit(slot: int) -> None:
-                job = next(pending, None)
-                if job is not None:
-                    in_flight.submit(job.key, workers[slot % n_workers], job)
-
-            for slot in range(min(cfg.max_in_flight, len(todo))):
-                submit(slot)
-            done = finished = 0
-            while in_flight:
-                _, record = in_flight.next()
-                if record.get("status") == "failed":
-                    failures.add(f"session {record['key']}", record)
-                elif record["key"] not in sink.done:  # a result never lands twice
-                    sink.append(record)
-                    finished += 1
-                bar.advance(task)
-                done += 1
-                submit(done)
-            failures.check(finished)
-            if failures.now:
-                console.print(
-                    f"{len(failures.now)} session(s) failed ({out / FAILED_FILE}); metrics cover finished sessions "
-                    "only: rerun the same command to run them",
-                    style="yellow",
-                    markup=False,
-                )
-    return [r for r in sink.records() if r["key"] in wanted]
+    if failed := [r for r in run.failed if r["key"] in wanted]:
+        console.print(
+            f"{len(failed)} session(s) failed ({out / FAILED_FILE}); metrics cover finished sessions only: rerun the "
+            "same command to run them",
+            style="yellow",
+            markup=False,
+        )
+    return [r for r in run.records if r["key"] in wanted]

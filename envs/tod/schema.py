@@ -6,7 +6,6 @@ evaluation read the slot descriptions from the same place the generator did.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 from memrl.core import files as json_files
 from memrl.core.errors import MemrlError, closest
+from memrl.core.files import atomic_write_json
 
 
 class TodDataError(MemrlError):
@@ -144,12 +144,7 @@ class Schemas:
 
     def write(self, path: str | Path) -> Path:
         """SGD `schema.json` format (a list of service records), services sorted by name."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_records(), indent=2, ensure_ascii=False) + "\n")
-        tmp.replace(path)
-        return path
+        return atomic_write_json(path, self.to_records(), indent=2)
 
 
 def schema_files(path: str | Path) -> list[Path]:

@@ -13,40 +13,37 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
+from memrl.core.schema import LenientModel
 from memrl.envs.tod.formats import NEITHER, describe, detect_format, read_json
 from memrl.envs.tod.schema import Schemas, TodDataError
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class SgdAction(_Lenient):
+class SgdAction(LenientModel):
     act: str
     slot: str = ""
     values: list[str] = Field(default_factory=list)
     canonical_values: list[str] = Field(default_factory=list)
 
 
-class SgdState(_Lenient):
+class SgdState(LenientModel):
     active_intent: str = "NONE"
 
 
-class SgdFrame(_Lenient):
+class SgdFrame(LenientModel):
     service: str
     actions: list[SgdAction] = Field(default_factory=list)
     state: SgdState | None = None
 
 
-class SgdTurn(_Lenient):
+class SgdTurn(LenientModel):
     speaker: str
     utterance: str
     frames: list[SgdFrame] = Field(default_factory=list)
 
 
-class SgdDialogue(_Lenient):
+class SgdDialogue(LenientModel):
     dialogue_id: str
     services: list[str]
     turns: list[SgdTurn]

@@ -11,7 +11,9 @@ from rich.console import Console
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 
-if TYPE_CHECKING:  # the recipe schema imports every layer; the collab runner only needs `progress`
+RESOLVED_NAME = "recipe.resolved.yaml"  # what every run writes into its folder; `memrl resume` reads it back
+
+if TYPE_CHECKING:  # the recipe schema is built from the stage registry, whose stages take a RunContext
     from memrl.app.config import Recipe
 
 
@@ -20,7 +22,6 @@ class RunContext:
     recipe: Recipe
     run_dir: Path
     console: Console
-    dry_run: bool = False
     _backends: dict[str, ChatBackend] = field(default_factory=dict)
 
     def backend(self, name: str) -> ChatBackend:

@@ -33,7 +33,7 @@ def train(recipe_ref: str, name: str, console: Console) -> None:
     from memrl.app.context import RunContext
     from memrl.app.recipe import load_recipe
     from memrl.app.stages.judger import data_ref
-    from memrl.app.stages.reflection import train_context
+    from memrl.app.stages.training import train_context
     from memrl.core.errors import ConfigError
     from memrl.train.config import JudgerStage
     from memrl.train.judger.trainer import train_judger

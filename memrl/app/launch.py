@@ -33,10 +33,11 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from memrl.app.config import Recipe, ReflectionDataStage
-from memrl.app.recipe import LoadedRecipe, describe_error, interpolate
+from memrl.app.config import Recipe
+from memrl.app.recipe import LoadedRecipe, interpolate
+from memrl.core.envrefs import referenced_names
 from memrl.core.errors import ConfigError, MemrlError, first_line
-from memrl.train.config import GRPOStage, SFTStage
+from memrl.core.validation import describe_error
 
 LAUNCH_DIR = ".memrl-launch"
 ENV_PREFIXES = ("WANDB_", "HF_", "MEMRL_")
@@ -72,7 +73,6 @@ SOURCE_FOLDERS = ("memrl", "train", "rollout", "rewards", "envs", "data_gen", "r
 # Drivers inside the job (the collab runner, verl's main_ppo) pass their own runtime_env to ray.init; Ray refuses
 # to merge it with the job's when both set the same variable unless this is set.
 RAY_MERGE_ENV = {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
-REWARD_PKG = "pkg://memrl.rewards.verl_reward"
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
@@ -161,9 +161,7 @@ def excludes(working_dir: Path, run_dir: Path) -> list[str]:
 
 
 def referenced_env(loaded: LoadedRecipe) -> list[str]:
-    from memrl.app.recipe import _ENV_REF
-
-    return sorted({m.group(1) for template in loaded.env_templates.values() for m in _ENV_REF.finditer(template)})
+    return sorted({name for template in loaded.env_templates.values() for name in referenced_names(template)})
 
 
 # ---- the job recipe ------------------------------------------------------------------------------------------------
@@ -190,50 +188,19 @@ class JobPlan:
 
 def job_recipe(loaded: LoadedRecipe, dashboard: str) -> tuple[dict[str, Any], dict[str, int], list[str]]:
     """The resolved recipe, adapted to run stage by stage inside Ray jobs; GPUs per job; notes for the user."""
+    from memrl.app.stages.registry import kind_of
+
     recipe = loaded.recipe
     data = loaded.resolved()
     data["output_dir"] = str(recipe.run_dir.resolve())  # the jobs' cwd is Ray's copy of the working dir
     gpus: dict[str, int] = {}
     notes: list[str] = []
     for name, stage in recipe.stages.items():
-        raw = data["stages"][name]
-        if isinstance(stage, ReflectionDataStage) and not stage.train_sessions:
-            raw["collab"]["ray_address"] = "auto"  # inside a Ray job: the cluster the job runs on
-            notes += _local_model_notes(name, raw["collab"])
-        elif stage.kind == "eval_reflector" and raw.get("online"):
-            raw["online"]["collab"]["ray_address"] = "auto"
-            notes += _local_model_notes(name, raw["online"]["collab"])
-        elif isinstance(stage, GRPOStage | SFTStage) and stage.trainer == "verl":
-            cluster = raw["cluster"]
-            if isinstance(stage, SFTStage) and stage.cluster.nnodes > 1:
-                # verl's SFT on several nodes runs only as its own Ray job (sft_trainer_ray through `ray job
-                # submit`): hand it this cluster's job server.
-                cluster["ray_address"] = dashboard
-                continue
-            # verl runs in this job and joins the cluster through RAY_ADDRESS, which Ray sets for every job.
-            cluster["ray_address"] = None
-            if isinstance(stage, GRPOStage):
-                raw["overrides"] = [
-                    *raw["overrides"],
-                    # reward workers may sit on any node: name the reward function by module, not by a path here
-                    f"reward.custom_reward_function.path={REWARD_PKG}",
-                    "+ray_kwargs.ray_init.address=auto",
-                ]
-            else:
-                gpus[name] = stage.cluster.gpus_per_node  # torchrun on the job's own node
+        job = kind_of(stage).job(stage, data["stages"][name], name, dashboard)
+        if job.gpus:
+            gpus[name] = job.gpus
+        notes += job.notes
     return data, gpus, notes
-
-
-def _local_model_notes(stage: str, collab: dict[str, Any]) -> list[str]:
-    out = []
-    for role in ("model", "user_model", "reflector", "judge"):
-        cfg = collab.get(role)
-        if isinstance(cfg, dict) and cfg.get("backend") in ("hf", "vllm"):
-            out.append(
-                f"stage {stage}: {role} {cfg.get('model')!r} is served on the job's node at 127.0.0.1; actors on "
-                "other machines reach only models with an `endpoint:`"
-            )
-    return out
 
 
 def validate_job_recipe(data: dict[str, Any], name: str) -> LoadedRecipe:
@@ -278,15 +245,14 @@ def plan(
 def describe(job: JobPlan, address: str, echo: Any) -> None:
     """Print, stage by stage, the job's entrypoint, its runtime_env (secrets masked) and what the stage runs."""
     from memrl.app.context import RunContext
-    from memrl.app.stages import RUNNERS
+    from memrl.app.stages.runner import plan_lines
 
     echo(f"launch {job.recipe.name!r} on {address} (dry run: nothing is submitted or written)")
     echo(f"job recipe: {job.path} (written at launch; outputs in {job.recipe.run_dir})")
     for note in job.notes:
         echo(f"note: {note}")
     shown = json.dumps(job.shown_env(), sort_keys=True)
-    buffer = io.StringIO()
-    ctx = RunContext(job.recipe, job.recipe.run_dir, Console(file=buffer, width=100_000, soft_wrap=True), dry_run=True)
+    ctx = RunContext(job.recipe, job.recipe.run_dir, Console(file=io.StringIO()))
     for name in job.stages:
         stage = job.recipe.stages[name]
         echo(f"\nstage {name} ({stage.kind}): Ray job")
@@ -294,11 +260,9 @@ def describe(job: JobPlan, address: str, echo: Any) -> None:
         if name in job.gpus:
             echo(f"  entrypoint GPUs: {job.gpus[name]}")
         echo(f"  runtime_env: {shown}")
-        buffer.seek(0)
-        buffer.truncate()
-        RUNNERS[type(stage)](stage, ctx, name)
-        for line in buffer.getvalue().rstrip().splitlines():
-            echo(f"  | {line}")
+        for block in plan_lines(ctx, name):
+            for line in block.splitlines():
+                echo(f"  | {line}")
 
 
 # ---- submission ----------------------------------------------------------------------------------------------------

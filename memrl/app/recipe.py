@@ -6,25 +6,22 @@ Environment references stay references in the saved recipe, so secrets never rea
 from __future__ import annotations
 
 import copy
-import os
-import re
-import types
-import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from memrl.app.config import Recipe
-from memrl.core.errors import ConfigError, closest
+from memrl.app.context import RESOLVED_NAME
+from memrl.core.envrefs import ENV_REF, substitute
+from memrl.core.errors import ConfigError
+from memrl.core.validation import describe_error, did_you_mean
 
 Key = str | int
-RESOLVED_NAME = "recipe.resolved.yaml"  # what every run writes into its folder; `memrl resume` reads it back
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 
 @dataclass
@@ -69,7 +66,7 @@ def find_recipe(ref: str, relative_to: Path | None = None) -> Path:
     name = ref.removesuffix(".yaml")
     if name in bundled:
         return bundled[name]
-    hint = _closest(name, bundled)
+    hint = did_you_mean(name, bundled)
     raise ConfigError(f"recipe {ref!r} not found: not a file, nor a bundled recipe{hint}")
 
 
@@ -161,22 +158,14 @@ def interpolate(data: Any, path: tuple[Key, ...] = ()) -> tuple[Any, dict[tuple[
             items.append(item)
             templates.update(sub)
         return items, templates
-    if isinstance(data, str) and _ENV_REF.search(data):
-
-        def lookup(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            value = os.environ.get(name)
-            if value is None:
-                if default is None:
-                    where = ".".join(map(str, path))
-                    raise ConfigError(f"recipe key {where!r}: environment variable {name} is not set")
-                return default
-            return value
-
+    if isinstance(data, str) and ENV_REF.search(data):
+        where = ".".join(map(str, path))
         templates[path] = data
-        resolved = _ENV_REF.sub(lookup, data)
+        resolved = substitute(
+            data, message=lambda name: f"recipe key {where!r}: environment variable {name} is not set"
+        )
         # A whole-value reference such as ${PORT} may stand for a number or a boolean.
-        return (yaml.safe_load(resolved) if _ENV_REF.fullmatch(data) and resolved else resolved), templates
+        return (yaml.safe_load(resolved) if ENV_REF.fullmatch(data) and resolved else resolved), templates
     return data, templates
 
 
@@ -196,98 +185,6 @@ def load_recipe(ref: str | Path, overrides: Sequence[str] = (), smoke: bool = Fa
     except ValidationError as exc:
         raise ConfigError(f"recipe {source.name}: {describe_error(exc, Recipe)}") from None
     return LoadedRecipe(recipe, source, templates)
-
-
-# ---- one-line validation errors ----------------------------------------------------------------------------
-
-
-def describe_error(exc: ValidationError, root: type[BaseModel]) -> str:
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    loc = tuple(first["loc"])
-    shown, parent = _walk(root, loc[:-1])
-    if first["type"] == "extra_forbidden" and loc:
-        key = str(loc[-1])
-        where = ".".join([*shown, key])
-        hint = _closest(key, list(parent.model_fields)) if parent is not None else ""
-        line = f"unknown key {where!r}{hint}"
-    else:
-        where = ".".join([*shown, *(map(str, loc[-1:]) if loc else [])]) or "(top level)"
-        line = _explain(first, where)
-    more = len(errors) - 1
-    return line + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
-
-
-def _explain(error: Any, where: str) -> str:
-    kind, msg = error["type"], error["msg"]
-    if kind == "missing":
-        return f"required key {where!r} is missing"
-    if kind == "value_error":
-        return msg.removeprefix("Value error, ")
-    ctx = error.get("ctx", {})
-    if kind == "union_tag_not_found":
-        return f"required key '{where}.{ctx['discriminator'].strip(chr(39))}' is missing"
-    if kind == "union_tag_invalid":
-        return (
-            f"{where}.{ctx['discriminator'].strip(chr(39))}: expected one of {ctx['expected_tags']}, got {ctx['tag']!r}"
-        )
-    expected = msg.removeprefix("Input should be ")
-    return f"{where}: expected {expected}, got {error['input']!r}"
-
-
-def _walk(root: type[BaseModel], loc: tuple[Key, ...]) -> tuple[list[str], type[BaseModel] | None]:
-    """Follow a pydantic error location through the schema; drop union tags from the displayed path."""
-    shown: list[str] = []
-    node: Any = root
-    i = 0
-    while i < len(loc):
-        node = _unwrap(node)
-        part = loc[i]
-        if isinstance(node, type) and issubclass(node, BaseModel):
-            info = node.model_fields.get(str(part))
-            node = info.annotation if info is not None else None
-            shown.append(str(part))
-        elif typing.get_origin(node) in (dict, list):
-            node = typing.get_args(node)[-1]
-            shown.append(str(part))
-        elif _is_union(node):
-            member = _union_member(node, part)
-            if member is None:
-                return shown, None
-            node = member
-        else:
-            return shown, None
-        i += 1
-    node = _unwrap(node)
-    if _is_union(node):
-        models = [m for m in typing.get_args(node) if isinstance(m, type) and issubclass(m, BaseModel)]
-        node = models[0] if len(models) == 1 else None
-    return shown, node if isinstance(node, type) and issubclass(node, BaseModel) else None
-
-
-def _unwrap(node: Any) -> Any:
-    while typing.get_origin(node) is typing.Annotated:
-        node = typing.get_args(node)[0]
-    return node
-
-
-def _is_union(node: Any) -> bool:
-    return typing.get_origin(node) in (Union, types.UnionType)
-
-
-def _union_member(node: Any, tag: Key) -> Any:
-    """The union member whose Literal discriminator equals `tag` (pydantic puts the tag in the location)."""
-    for member in typing.get_args(node):
-        if isinstance(member, type) and issubclass(member, BaseModel):
-            for info in member.model_fields.values():
-                if typing.get_origin(info.annotation) is typing.Literal and tag in typing.get_args(info.annotation):
-                    return member
-    return None
-
-
-def _closest(word: str, options: Iterable[str]) -> str:
-    match = closest(word, options)
-    return f" (did you mean {match!r}?)" if match else ""
 
 
 def _set_if_present(data: Any, path: tuple[Key, ...], value: Any) -> None:

@@ -1,4 +1,4 @@
-"""Base of every typed config: unknown keys fail validation instead of being ignored."""
+"""Pydantic bases: typed configs reject unknown keys; models of released data ignore them."""
 
 from __future__ import annotations
 
@@ -6,4 +6,12 @@ from pydantic import BaseModel, ConfigDict
 
 
 class StrictModel(BaseModel):
+    """Base of every typed config: unknown keys fail validation instead of being ignored."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LenientModel(BaseModel):
+    """Reads released data that carries extra keys: keys the model does not name are ignored, not rejected."""
+
+    model_config = ConfigDict(extra="ignore")

@@ -6,20 +6,20 @@ printed command keeps those as `${NAME}` references for the same reason.
 
 from __future__ import annotations
 
-import os
-import re
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
+from memrl.core.envrefs import substitute
 from memrl.core.errors import ConfigError
 from memrl.train.config import ClusterConfig
+from memrl.train.launch import format_command
+
+__all__ = ["BUNDLED_DEEPSPEED", "ENTRY", "deepspeed_config", "format_command", "resolve_refs", "torchrun_command"]
 
 ENTRY = "memrl.app.judger_main"
 BUNDLED_DEEPSPEED = ("zero2", "zero3")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 
 def deepspeed_config(ref: str, *, must_exist: bool = True) -> Path:
@@ -49,19 +49,10 @@ def torchrun_command(recipe: Path, stage: str, cluster: ClusterConfig) -> list[s
 
 
 def resolve_refs(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
-    """Fill `${NAME}` / `${NAME:-default}` from the environment; an unset name without default fails in one line."""
-    environ = os.environ if environ is None else environ
-
-    def fill(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        value = environ.get(name, default)
-        if value is None:
-            raise ConfigError(f"multi-node judger training: set {name} on every node (NODE_RANK, MASTER_ADDR)")
-        return value
-
-    return [_ENV_REF.sub(fill, arg) for arg in argv]
+    """Fill `${NAME}` / `${NAME:-default}` from the environment; an unset name without default fails in one line.
+    (`format_command`, from memrl.train.launch, prints the command with the references left for the shell.)"""
+    return [substitute(arg, environ, message=_unset) for arg in argv]
 
 
-def format_command(argv: Sequence[str]) -> str:
-    """One line a shell takes as is; arguments with `${NAME}` references are double-quoted so the shell fills them."""
-    return " ".join(f'"{a}"' if _ENV_REF.search(a) else shlex.quote(a) for a in argv)
+def _unset(name: str) -> str:
+    return f"multi-node judger training: set {name} on every node (NODE_RANK, MASTER_ADDR)"

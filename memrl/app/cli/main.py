@@ -12,14 +12,13 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from memrl.app.cli.collab import collab_app, eval_collab
+from memrl.app.cli import commands
+from memrl.app.cli.collab import collab_app
 from memrl.app.cli.data import data_app
 from memrl.app.cli.judger import eval_judger
 from memrl.app.cli.pahf import pahf_app
-from memrl.app.cli.pahf_eval import eval_pahf
 from memrl.app.cli.reflector import eval_reflector, export
 from memrl.app.cli.reward import reward_app
-from memrl.app.cli.tod import eval_tod
 from memrl.core.errors import MemrlError
 
 app = typer.Typer(
@@ -40,11 +39,12 @@ app.add_typer(pahf_app, name="pahf")
 app.add_typer(eval_app, name="eval")
 app.add_typer(data_app, name="data")
 app.add_typer(reward_app, name="reward")
-eval_app.command("collab")(eval_collab)
+eval_app.command("collab")(commands.eval_collab)
 eval_app.command("reflector")(eval_reflector)
 eval_app.command("judger")(eval_judger)
-eval_app.command("tod")(eval_tod)
-eval_app.command("pahf")(eval_pahf)
+eval_app.command("tod")(commands.eval_tod)
+eval_app.command("pahf")(commands.eval_pahf)
+
 app.command("export")(export)
 
 console = Console(stderr=True)
@@ -76,7 +76,7 @@ def run(
 ) -> None:
     """Run a recipe's stages in order; writes the resolved recipe next to the outputs. A rerun resumes."""
     from memrl.app.recipe import load_recipe
-    from memrl.app.stages import run_recipe
+    from memrl.app.stages.runner import run_recipe
 
     run_dir = run_recipe(load_recipe(recipe, overrides or [], smoke=smoke), console, only=stage, dry_run=dry_run)
     console.print(f"done: {run_dir}")
@@ -89,7 +89,7 @@ def resume(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what each stage would run")] = False,
 ) -> None:
     """Rerun the run saved in RUN_DIR: finished stages are skipped, a killed one continues from its last checkpoint."""
-    from memrl.app.stages import resume_run
+    from memrl.app.stages.runner import resume_run
 
     console.print(f"done: {resume_run(run_dir, console, only=stage, dry_run=dry_run)}")
 

@@ -1,0 +1,191 @@
+"""The one environment driver: an environment's work, as chains, run on Ray workers into one records file.
+
+An environment says what to run and on what: `Chain`s (each user's sessions or tasks in order; independent work is
+chains of one item), a `Schedule` (how an item is keyed, named and sent, how a finished record advances its chain)
+and a `World` (the worker class, the model roles it needs, its spec). `drive` does the rest, the same way for every
+environment:
+
+- the records file: each finished record is appended (fsync'ed) once, as it comes, so a crash loses nothing
+  finished; a rerun skips finished items, and a chain resumes from the state its last finished item left;
+- the workers: how many (`workers`, else min(chains, CPUs, 8), never more than the chains left) and each one's
+  share of `max_in_flight` requests per model endpoint; in-process models are served once for them all;
+- Ray: started (or joined at `ray_address`) only when work is left, workers spawned, a call whose worker died run
+  once more on the restarted worker (`InFlight`);
+- faults: an item whose model endpoint failed after the client's retries goes to `failed.jsonl` and stops its
+  chain for this run (later items need its state); a rerun runs it again; a run where items failed and none
+  finished raises the first failure as one line;
+- a progress bar over all planned items, and the `EnvRun` the caller reports from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from rich.console import Console
+
+from memrl.core.jsonl import ResumableJsonl
+from memrl.core.progress import progress
+from memrl.envs.actors import EnvRun, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Item = TypeVar("Item")
+State = TypeVar("State")
+Roles = TypeVar("Roles", bound="DataclassInstance")
+
+MAX_DEFAULT_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class Chain(Generic[Item, State]):
+    """Work that runs in order, each item on the state the item before it left (independent work: one item)."""
+
+    id: str
+    items: Sequence[Item]  # every planned item, finished ones included: the driver skips what is on disk
+    state: State  # what the first item needs
+
+
+@dataclass(frozen=True)
+class Schedule(Generic[Item, State]):
+    """How an environment's items run: everything the driver needs to know about them."""
+
+    key: Callable[[Item], str]  # the `key` of the item's record (finished or failed)
+    name: Callable[[Item], str]  # the item in messages: "user u session 3"
+    args: Callable[[Item, State], tuple[Any, ...]]  # what the worker's `run` gets for the item
+    advance: Callable[[State, dict[str, Any]], State] | None = None  # the chain's state after a record (None: kept)
+    pinned: bool = True  # every item of a chain runs on the chain's worker (else: the workers in turn)
+    at_once: int | None = None  # chains in flight at once (None: all)
+
+
+@dataclass(frozen=True)
+class World(Generic[Roles]):
+    """What the work runs on."""
+
+    worker: type  # the actor class: built once per worker with `spec(roles)`; `run(*args)` does one item
+    roles: Roles  # a dataclass whose fields are the model configs the run needs (None: not needed)
+    spec: Callable[[Roles], Any]  # the worker's spec, from the roles as served
+    serve_one: bool = True  # False: a lone worker on a local Ray loads in-process models itself (no server start-up)
+
+
+class Spread(Protocol):
+    """How a run spreads its work (every environment's config says it)."""
+
+    @property
+    def workers(self) -> int | None: ...
+
+    @property
+    def max_in_flight(self) -> int: ...
+
+    @property
+    def ray_address(self) -> str | None: ...
+
+
+@dataclass
+class _Left(Generic[Item, State]):
+    """A chain's items still to run this run, and the state the next one needs."""
+
+    items: deque[Item]
+    state: State
+    worker: Any = None
+
+
+def resume(
+    chains: Sequence[Chain[Item, State]], schedule: Schedule[Item, State], done: dict[str, dict[str, Any]]
+) -> list[_Left[Item, State]]:
+    """The chains with items left, each past its finished items (`done`: key -> record) and on the state they left."""
+    left = []
+    for chain in chains:
+        state, items = chain.state, deque[Item]()
+        for item in chain.items:
+            record = done.get(schedule.key(item))
+            if record is None:
+                items.append(item)
+            elif schedule.advance is not None:
+                state = schedule.advance(state, record)
+        if items:
+            left.append(_Left(items, state))
+    return left
+
+
+def serve_roles(roles: Roles, stack: contextlib.ExitStack, log_dir: Path, per_worker: int) -> Roles:
+    """Every role on an endpoint all workers share; an in-process model is served once (roles in field order)."""
+    endpoint = endpoint_server(stack, log_dir, per_worker)
+    served = {f.name: endpoint(getattr(roles, f.name)) for f in dataclasses.fields(roles)}
+    return dataclasses.replace(roles, **served)
+
+
+def drive(
+    cfg: Spread,
+    out: Path,
+    console: Console,
+    *,
+    records: str,
+    label: str,
+    chains: Sequence[Chain[Item, State]],
+    schedule: Schedule[Item, State],
+    world: World[Roles],
+) -> EnvRun:
+    """Run (or resume) `chains` into `out / records`; `label` names the work on the progress bar."""
+    out.mkdir(parents=True, exist_ok=True)
+    sink = ResumableJsonl(out / records, key="key")
+    todo = resume(chains, schedule, {str(r["key"]): r for r in sink.records()})
+    planned = sum(len(chain.items) for chain in chains)
+    n_workers = min(cfg.workers or min(len(chains), os.cpu_count() or 1, MAX_DEFAULT_WORKERS), max(len(todo), 1))
+    failures = FailedWork(out, console)
+    in_flight: InFlight[tuple[_Left[Item, State], Item]] = InFlight(
+        lambda tag: schedule.name(tag[1]), warn=lambda line: console.print(line, style="yellow", markup=False)
+    )
+    finished = 0
+
+    with contextlib.ExitStack() as stack, progress(console) as bar:
+        left = sum(len(chain.items) for chain in todo)
+        task = bar.add_task(label, total=planned, completed=planned - left)
+        if todo:
+            roles = world.roles
+            if world.serve_one or n_workers > 1 or cfg.ray_address is not None:
+                roles = serve_roles(roles, stack, out / "logs", max(1, math.ceil(cfg.max_in_flight / n_workers)))
+            start_ray(cfg.ray_address, stack)
+            workers = spawn_workers(world.worker, n_workers, world.spec(roles))
+            waiting, started, sent = deque(todo), 0, 0
+
+            def submit(chain: _Left[Item, State]) -> None:
+                nonlocal sent
+                item = chain.items.popleft()
+                worker = chain.worker if schedule.pinned else workers[sent % n_workers]
+                in_flight.submit((chain, item), worker, *schedule.args(item, chain.state))
+                sent += 1
+
+            def start_chains() -> None:
+                nonlocal started
+                while waiting and (schedule.at_once is None or len(in_flight) < schedule.at_once):
+                    chain = waiting.popleft()
+                    chain.worker = workers[started % n_workers]
+                    started += 1
+                    submit(chain)
+
+            start_chains()
+            while in_flight:
+                (chain, item), record = in_flight.next()
+                if record.get("status") == "failed":
+                    failures.add(schedule.name(item), record)  # its chain's later items need its state: a rerun
+                else:
+                    if record["key"] not in sink.done:  # a result never lands twice
+                        sink.append(record)
+                        finished += 1
+                    bar.advance(task)
+                    if schedule.advance is not None:
+                        chain.state = schedule.advance(chain.state, record)
+                    if chain.items:
+                        submit(chain)
+                start_chains()
+        failures.check(finished)
+    return EnvRun(list(sink.records()), FailedWork.outstanding(out, sink.done), planned, in_flight.retried)

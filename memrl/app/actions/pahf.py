@@ -1,0 +1,86 @@
+"""PAHF: `eval pahf` (the 4-phase protocol) and `data pahf` (memory-writer data from a run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, NonNegativeInt
+from rich.console import Console
+
+from memrl.app.actions import Action
+from memrl.core.schema import StrictModel
+from memrl.envs.pahf.config import PahfEvalConfig
+
+# What may change between a run and its resumption: which users, and how the work is spread.
+RESUMABLE_CHANGES = {"users", "workers", "max_in_flight", "ray_address"}
+
+
+def _setup(cfg: PahfEvalConfig) -> dict[str, Any]:
+    """What the numbers were measured with, so metrics files compare on their own."""
+    return {
+        "domain": cfg.domain,
+        "agent": str(cfg.agent),
+        "memory": cfg.memory,
+        "model": cfg.model.model,
+        "user_sim": cfg.user_sim,
+        "user_model": cfg.user_model_or_default().model if cfg.user_sim == "llm" else None,
+        "writer_model": cfg.writer_model.model if cfg.writer_model is not None else cfg.model.model,
+        "users": cfg.users,
+        "scenarios": cfg.scenarios,
+        "passes": cfg.passes,
+        "tau": cfg.tau,
+        "top_k": cfg.top_k,
+        "feedback_style": cfg.feedback_style,
+        "embedder": cfg.embedder,
+        "seed": cfg.seed,
+    }
+
+
+def evaluate_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> dict[str, Any]:
+    from memrl.envs.actors import FAILED_FILE, claim_output
+    from memrl.envs.pahf.protocol import compute_metrics, plot_curves
+    from memrl.envs.pahf.runner import TASKS_FILE, run_pahf
+
+    cfg.domain_dir()  # a missing --data fails before any model or Ray starts
+    claim_output(out, cfg, may_change=RESUMABLE_CHANGES)
+    run = run_pahf(cfg, out, console)
+    tasks = {"planned": run.planned, "finished": len(run.records), "failed": len(run.failed), "retried": run.retried}
+    metrics = compute_metrics(run.records) | {"tasks": tasks, "setup": _setup(cfg)}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    plots = plot_curves(metrics, out)
+    console.print(f"wrote {out / TASKS_FILE}, {out / 'metrics.json'}, {', '.join(p.name for p in plots)}")
+    if run.failed:
+        console.print(f"{len(run.failed)} tasks failed (see {out / FAILED_FILE}); rerun the same command to retry them")
+    return metrics
+
+
+EVAL_PAHF = Action(
+    "eval pahf",
+    PahfEvalConfig,
+    evaluate_pahf,
+    "PAHF continual personalization: learn, test, drift, learn, test; writes metrics and learning curves. A rerun "
+    "into the same folder resumes: finished tasks are kept and skipped, and each user's memory is restored.",
+    refs=("data",),
+)
+
+
+class PahfData(StrictModel):
+    run: Path = Field(description="output folder of `memrl eval pahf --domain shopping`")
+    eval_users: NonNegativeInt = Field(default=1, description="users held out for eval (last by name)")
+
+
+def build_pahf_data(cfg: PahfData, out: Path, console: Console) -> dict[str, Any]:
+    from memrl.data_gen.pahf import build_pahf_dataset
+
+    return build_pahf_dataset(cfg.run, out, cfg.eval_users)
+
+
+PAHF_DATA = Action(
+    "data pahf",
+    PahfData,
+    build_pahf_data,
+    "Memory-writer data: (feedback context -> note) records rewarded by the next decision each note informed.",
+    refs=("run",),
+)

@@ -1,0 +1,147 @@
+"""MS-TOD: `data tod` (SGD -> MS-TOD), `data judger` (MS-TOD -> judger pairs) and `eval tod`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PositiveInt, model_validator
+from rich.console import Console
+
+from memrl.app.actions import Action
+from memrl.core.errors import ConfigError
+from memrl.core.schema import StrictModel
+from memrl.envs.tod.config import TodEvalConfig
+
+# ---- data tod ----------------------------------------------------------------------------------------------------
+
+
+class TodData(StrictModel):
+    sgd_dir: Path = Field(description="SGD folder: schema.json + dialogues_*.json, or train/dev/test of them")
+    individuals: PositiveInt = Field(description="individuals (users) to generate")
+    tasks_per_individual: PositiveInt = Field(default=6, description="goals per person")
+    writer: str = Field(default="template", description="template, or a model: NAME (local) or NAME@URL (endpoint)")
+    memory: Literal["template", "llm"] = Field(
+        default="template", description="memory units from templates, or from the writer's model"
+    )
+    seed: int = 0
+
+
+def build_tod_data(cfg: TodData, out: Path, console: Console) -> dict[str, Any]:
+    from memrl.data_gen.tod import TodDataConfig, build_tod_dataset, summary_line
+
+    spec = TodDataConfig(str(cfg.sgd_dir), cfg.individuals, cfg.tasks_per_individual, cfg.writer, cfg.memory, cfg.seed)
+    stats, gen = build_tod_dataset(spec, out)
+    return dict(json.loads(summary_line(stats, gen)))
+
+
+TOD_DATA = Action(
+    "data tod",
+    TodData,
+    build_tod_data,
+    "MS-TOD individuals from SGD goals, with memory banks; a rerun with the same settings resumes.",
+    refs=("sgd_dir",),
+)
+
+
+# ---- data judger -------------------------------------------------------------------------------------------------
+
+
+class JudgerData(StrictModel):
+    tod_dir: Path = Field(description="MS-TOD folder (persona_<id>.json, memory/, schema.json)")
+    eval_individuals: PositiveInt | None = Field(default=None, description="individuals held out for eval")
+    eval_fraction: float | None = Field(
+        default=None, gt=0, lt=1, description="share of individuals held out (default 0.2)"
+    )
+    seed: int = 0
+    schema_file: Path | None = Field(default=None, description="SGD schema.json; default: TOD_DIR/schema.json")
+
+    @model_validator(mode="after")
+    def _one_split(self) -> JudgerData:
+        if self.eval_individuals is not None and self.eval_fraction is not None:
+            raise ValueError("give eval_individuals or eval_fraction, not both")
+        return self
+
+
+def build_judger_data(cfg: JudgerData, out: Path, console: Console) -> dict[str, Any]:
+    from memrl.data_gen.judger import build_judger_dataset
+
+    stats = build_judger_dataset(cfg.tod_dir, out, cfg.eval_individuals, cfg.eval_fraction, cfg.seed, cfg.schema_file)
+    keys = ("rows", "queries", "individuals", "positives", "negatives", "positive_rate", "negatives_by_kind")
+    return {split: {k: stats[split][k] for k in keys} for split in ("train", "eval")}
+
+
+JUDGER_DATA = Action(
+    "data judger",
+    JudgerData,
+    build_judger_data,
+    "Judger (query, memory QA pair) rows labelled by relevance; prints both splits' sizes and class balance.",
+    refs=("tod_dir",),
+)
+
+
+# ---- eval tod ----------------------------------------------------------------------------------------------------
+
+# What may change between a run and its resumption: which individuals, and how the work is spread.
+RESUMABLE_CHANGES = {"individuals", "sessions", "split_from", "workers", "max_in_flight", "ray_address"}
+
+
+def _check_inputs(cfg: TodEvalConfig) -> None:
+    """Paths the workers will read, checked before any model or Ray starts."""
+    if not cfg.data.is_dir():
+        raise ConfigError(f"--data {cfg.data}: not a folder")
+    if not cfg.schema_path().is_file():
+        raise ConfigError(f"{cfg.schema_path()}: no schema.json (pass --schema)")
+    if cfg.judger is not None and not cfg.judger.is_dir():
+        raise ConfigError(f"--judger {cfg.judger}: not a folder (a trained judger, or `none`)")
+    if cfg.reader == "template" and cfg.llm_roles() and cfg.llm is None:
+        raise ConfigError(f"--reader template plays no model: name one with --llm for the llm {cfg.llm_roles()[0]}")
+    if cfg.split_from is not None:
+        from memrl.envs.tod.runner import eval_individual_ids
+
+        eval_individual_ids(cfg.split_from)
+
+
+def _setup(cfg: TodEvalConfig) -> dict[str, Any]:
+    """What the numbers were measured with, so metrics files compare on their own."""
+    reader = "template" if cfg.reader == "template" else cfg.reader_model.model
+    return {
+        "judger": None if cfg.judger is None else str(cfg.judger),
+        "retriever": cfg.retriever,
+        "alpha": cfg.alpha,
+        "top_k": cfg.top_k,
+        "top_units": cfg.top_units,
+        "reader": reader,
+        "intent": cfg.intent,
+        "reasoner": cfg.reasoner,
+        "user": cfg.user,
+        "supervisor": cfg.supervisor,
+        "max_turns": cfg.max_turns,
+        "llm": cfg.llm_or_default().model if cfg.llm_roles() else None,
+        "quality_judge": None if cfg.quality_judge is None else cfg.quality_judge.model,
+    }
+
+
+def evaluate_tod(cfg: TodEvalConfig, out: Path, console: Console) -> dict[str, Any]:
+    from memrl.envs.actors import claim_output
+    from memrl.envs.tod.metrics import compute_metrics
+    from memrl.envs.tod.runner import SESSIONS_FILE, run_tod
+
+    _check_inputs(cfg)
+    claim_output(out, cfg, may_change=RESUMABLE_CHANGES)
+    records = run_tod(cfg, out, console)
+    metrics = compute_metrics(records) | {"setup": _setup(cfg)}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    console.print(f"wrote {out / SESSIONS_FILE}, {out / 'metrics.json'}")
+    return metrics
+
+
+EVAL_TOD = Action(
+    "eval tod",
+    TodEvalConfig,
+    evaluate_tod,
+    "Multi-session TOD: recall slot values from earlier sessions, confirm them, fix the rest; writes metrics. A "
+    "rerun into the same folder resumes: finished sessions are kept and skipped.",
+    refs=("data", "judger", "split_from", "schema_file"),
+)

@@ -1,0 +1,64 @@
+"""The commands generated from the actions' config models (`memrl eval collab|tod|pahf`, `memrl data tod|judger|pahf`),
+with the few flags that are not plain fields: reply budgets inside `sampling`, client settings of NAME@URL roles,
+and the spellings the commands have always had (`--judger none`, `--top-units 0`, `--reader template`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from memrl.app.actions import collab, pahf, tod
+from memrl.app.cli.from_config import Flag, Spec, client_flags, config_command, nested_flag
+from memrl.rollout.config import model_from_spec
+
+
+def _judger(spec: Spec, value: str, model: type[BaseModel]) -> None:
+    if value.lower() != "none":
+        spec["judger"] = value
+
+
+def _top_units(spec: Spec, value: int, model: type[BaseModel]) -> None:
+    spec["top_units"] = value or None
+
+
+def _reader(spec: Spec, value: str, model: type[BaseModel]) -> None:
+    if value == "template":
+        spec["reader"] = "template"
+    else:
+        spec["reader"], spec["reader_model"] = "llm", model_from_spec(value, spec.get("max_in_flight", 32))
+
+
+eval_collab = config_command(
+    collab.EVAL_COLLAB,
+    flags=[
+        nested_flag("max_tokens", int, "agent reply budget in tokens (default 96, sized for the CPU default model)",
+                    "sampling.agent.max_tokens"),
+        *client_flags(["model", "user_model", "reflector", "judge"]),
+    ],
+)  # fmt: skip
+
+eval_tod = config_command(
+    tod.EVAL_TOD,
+    skip=["judger", "top_units", "reader", "reader_model"],
+    rename={"schema_file": "schema"},
+    flags=[
+        Flag("judger", str, "trained judger folder, or `none` for retrieval alone", _judger),
+        Flag("top_units", int, "memory units kept by intent alignment (0: all; default 3)", _top_units),
+        Flag("reader", str, "template | MODEL (served locally) | MODEL@URL (an endpoint); default smollm2", _reader),
+        nested_flag("max_tokens", int, "reader reply budget in tokens (default 128)", "sampling.reader.max_tokens"),
+    ],
+)
+
+eval_pahf = config_command(
+    pahf.EVAL_PAHF,
+    flags=[
+        nested_flag("max_tokens", int, "decision reply budget in tokens (default 160)", "sampling.decision.max_tokens")
+    ],
+)
+
+data_tod = config_command(tod.TOD_DATA)
+data_judger = config_command(tod.JUDGER_DATA, rename={"schema_file": "schema"})
+data_pahf = config_command(pahf.PAHF_DATA)
+
+__all__: list[Any] = ["data_judger", "data_pahf", "data_tod", "eval_collab", "eval_pahf", "eval_tod"]

@@ -1,0 +1,188 @@
+"""CLI commands generated from a config model: one flag per field, named and described by the field.
+
+A field `max_in_flight` is `--max-in-flight`, its help is the field's description and its default the model's; a
+model role (a `ModelConfig` field) takes `NAME` (served locally) or `NAME@URL` (an OpenAI-compatible endpoint);
+nested sections (sampling) are recipe keys only, unless a `Flag` exposes one of their values. Only the flags the
+user gives reach the model, so every default lives in one place: the config model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import inspect
+import json
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Union
+
+import typer
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+from rich.console import Console
+
+from memrl.app.actions import Action
+from memrl.core.errors import ConfigError
+from memrl.core.validation import describe_error
+from memrl.rollout.config import HFModelConfig, OpenAIModelConfig, model_from_spec
+
+MODEL_HELP = "NAME (served locally) or NAME@URL (an OpenAI-compatible endpoint)"
+ROLE_TYPES = (HFModelConfig, OpenAIModelConfig)
+
+Spec = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A flag that is not one of the config's fields: `apply(spec, value, model)` folds a given value into the raw
+    config before it is validated (see `set_nested`)."""
+
+    name: str  # python name; the flag is --name-with-dashes
+    annotation: Any
+    help: str
+    apply: Callable[[Spec, Any, type[BaseModel]], None]
+
+
+def set_nested(spec: Spec, model: type[BaseModel], path: str, value: Any) -> None:
+    """Set `a.b.c` in the raw spec, starting a section from the model's default (so its other defaults hold)."""
+    head, _, rest = path.partition(".")
+    if not rest:
+        spec[head] = value
+        return
+    if head not in spec:
+        default = model.model_fields[head].get_default(call_default_factory=True)
+        spec[head] = default.model_dump() if isinstance(default, BaseModel) else {}
+    sub = model.model_fields[head].annotation
+    assert isinstance(sub, type) and issubclass(sub, BaseModel), path
+    set_nested(spec[head], sub, rest, value)
+
+
+def _strip(annotation: Any) -> tuple[Any, bool]:
+    """(the plain type, whether None is allowed): Annotated metadata and Optional removed."""
+    while typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(annotation))
+        if len(args) == 1:
+            return _strip(args[0])[0], optional
+        return Union[tuple(args)], optional  # noqa: UP007
+    return annotation, False
+
+
+def _is_role(plain: Any) -> bool:
+    members = typing.get_args(plain) if typing.get_origin(plain) in (Union, types.UnionType) else (plain,)
+    return any(m in ROLE_TYPES for m in members)
+
+
+def _choices(plain: Any) -> list[str]:
+    if typing.get_origin(plain) is typing.Literal:
+        return [str(c) for c in typing.get_args(plain)]
+    if isinstance(plain, type) and issubclass(plain, enum.Enum):
+        return [str(member.value) for member in plain]
+    return []
+
+
+def _is_section(plain: Any) -> bool:
+    return isinstance(plain, type) and issubclass(plain, BaseModel)
+
+
+def _shown_default(info: FieldInfo) -> str | bool:
+    default = info.get_default(call_default_factory=True)
+    if default is None or default is PydanticUndefined:
+        return False
+    if isinstance(default, enum.Enum):
+        return str(default.value)
+    if isinstance(default, HFModelConfig | OpenAIModelConfig):
+        return default.model
+    return str(default)
+
+
+def _option(name: str, annotation: Any, help_: str, *, required: bool, shown: str | bool) -> inspect.Parameter:
+    flag = "--" + name.replace("_", "-")
+    option = typer.Option(flag, help=help_, show_default=shown) if not required else typer.Option(flag, help=help_)
+    default = ... if required else None
+    hint = annotation if required else annotation | None
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[hint, option])
+
+
+def config_command(
+    action: Action[Any],
+    *,
+    flags: Sequence[Flag] = (),
+    skip: Sequence[str] = (),
+    rename: dict[str, str] | None = None,
+) -> Callable[..., None]:
+    """A typer command for `action`: `--out`, flags from its config's fields, and `flags`; the summary `action.run`
+    returns goes to stdout as JSON, everything else to stderr."""
+    model = action.config
+    rename = rename or {}
+    params = [_option("out", Path, "output folder", required=True, shown=False)]
+    fields: dict[str, str] = {}  # flag name -> field
+    roles: set[str] = set()
+    for field, info in model.model_fields.items():
+        plain, _ = _strip(info.annotation)
+        if field in skip or (_is_section(plain) and not _is_role(plain)):
+            continue
+        name = rename.get(field, field)
+        fields[name] = field
+        help_ = info.description or ""
+        if _is_role(plain):
+            roles.add(field)
+            plain, help_ = str, f"{help_ or field}: {MODEL_HELP}"
+        elif choices := _choices(plain):
+            # pydantic checks the value and says what is wrong in one line; typer would print a usage box
+            plain = str
+            if " | " not in help_:  # descriptions often list the choices already
+                help_ = f"{help_} ({' | '.join(choices)})".lstrip()
+        params.append(_option(name, plain, help_, required=info.is_required(), shown=_shown_default(info)))
+    for flag in flags:
+        params.append(_option(flag.name, flag.annotation, flag.help, required=False, shown=False))
+    console = Console(stderr=True)
+
+    def command(**values: Any) -> None:
+        spec: Spec = {fields[n]: v for n, v in values.items() if n in fields and v is not None}
+        in_flight = spec.get("max_in_flight", 32)
+        spec |= {field: model_from_spec(spec[field], in_flight) for field in roles & spec.keys()}
+        for flag in flags:
+            if values[flag.name] is not None:
+                flag.apply(spec, values[flag.name], model)
+        try:
+            cfg = model.model_validate(spec)
+        except ValidationError as exc:
+            raise ConfigError(describe_error(exc, model)) from None
+        with contextlib.redirect_stdout(sys.stderr):  # libraries print on import; stdout is the summary alone
+            summary = action.run(cfg, values["out"], console)
+        typer.echo(json.dumps(summary))
+
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__doc__ = action.help
+    return command
+
+
+def client_flags(roles: Sequence[str]) -> list[Flag]:
+    """--request-timeout / --max-retries for every model role given as NAME@URL."""
+
+    def setter(key: str) -> Callable[[Spec, Any, type[BaseModel]], None]:
+        def apply(spec: Spec, value: Any, model: type[BaseModel]) -> None:
+            for role in roles:
+                if isinstance(spec.get(role), OpenAIModelConfig):
+                    spec[role] = spec[role].model_copy(update={key: value})
+
+        return apply
+
+    return [
+        Flag("request_timeout", float, "seconds per request to a NAME@URL endpoint (default 120)", setter("timeout")),
+        Flag("max_retries", int, "retries with backoff per NAME@URL request (default 4)", setter("max_retries")),
+    ]
+
+
+def nested_flag(name: str, annotation: Any, help_: str, path: str) -> Flag:
+    """A flag for one value of a nested section, e.g. `--max-tokens` for `sampling.agent.max_tokens`."""
+    return Flag(name, annotation, help_, lambda spec, value, model: set_nested(spec, model, path, value))

@@ -1,0 +1,59 @@
+"""A stage kind is one object: its recipe schema, what it does, what it would do, and how it ships as a Ray job.
+
+Adding a kind is one module that builds a `StageKind` and one line in `registry.KINDS`; the recipe schema's
+discriminated union, `memrl run`, `--dry-run` and `memrl launch` all read the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, get_args
+
+from memrl.app.context import RunContext
+from memrl.core.schema import StrictModel
+
+C = TypeVar("C", bound=StrictModel)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What `memrl launch` needs to know about a stage beyond its recipe entry."""
+
+    gpus: int = 0  # GPUs the job's own process takes (torchrun on the job's node); 0: the stage asks for none
+    notes: tuple[str, ...] = ()  # told to the user before submission
+
+
+def as_is(stage: Any, raw: dict[str, Any], name: str, dashboard: str) -> Job:
+    """Most stages run inside a Ray job exactly as they run on a workstation."""
+    return Job()
+
+
+def local_model_notes(stage: str, section: dict[str, Any]) -> tuple[str, ...]:
+    """Models an environment config serves on the job's node: actors elsewhere in the cluster cannot reach them."""
+    return tuple(
+        f"stage {stage}: {role} {cfg.get('model')!r} is served on the job's node at 127.0.0.1; actors on other "
+        "machines reach only models with an `endpoint:`"
+        for role, cfg in section.items()
+        if isinstance(cfg, dict) and cfg.get("backend") in ("hf", "vllm")
+    )
+
+
+def on_the_cluster(section: dict[str, Any], name: str) -> Job:
+    """An environment run inside a Ray job spreads its actors over the cluster the job runs on."""
+    section["ray_address"] = "auto"
+    return Job(notes=local_model_notes(name, section))
+
+
+@dataclass(frozen=True)
+class StageKind(Generic[C]):
+    config: type[C]  # a StrictModel with `kind: Literal["<name>"]`
+    run: Callable[[C, RunContext, str], None]  # (stage, run context, stage name): do the work, resume if half done
+    dry_run: Callable[[C, RunContext, str], list[str]]  # what `run` would do, as lines; touches nothing
+    # Adapts the stage's entry of the job recipe (in place) to a cluster and says what its Ray job needs.
+    job: Callable[[C, dict[str, Any], str, str], Job] = field(default=as_is)
+    refs: tuple[str, ...] = ()  # fields that may name an earlier stage of the recipe (its output folder)
+
+    @property
+    def name(self) -> str:
+        return str(get_args(self.config.model_fields["kind"].annotation)[0])

@@ -1,0 +1,48 @@
+"""Every stage kind a recipe can name, in one table; the recipe schema's union is built from it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union
+
+from pydantic import Field
+
+from memrl.app.stages import actions, generate, judger, pull_models, reflection, training
+from memrl.app.stages.base import StageKind
+
+KINDS: dict[str, StageKind[Any]] = {
+    kind.name: kind
+    for kind in (
+        pull_models.KIND,
+        generate.KIND,
+        reflection.REFLECTION_DATA,
+        training.SFT,
+        training.GRPO,
+        reflection.EXPORT,
+        reflection.EVAL_REFLECTOR,
+        judger.JUDGER,
+        judger.EVAL_JUDGER,
+        actions.EVAL_COLLAB,
+        actions.TOD_DATA,
+        actions.JUDGER_DATA,
+        actions.EVAL_TOD,
+        actions.PAHF_DATA,
+        actions.EVAL_PAHF,
+    )
+}
+
+
+class StageSpec(Protocol):
+    """What code outside a stage's own module may rely on: its kind's name."""
+
+    @property
+    def kind(self) -> str: ...
+
+
+if TYPE_CHECKING:  # a union built at run time is no type to mypy
+    StageConfig = StageSpec
+else:
+    StageConfig = Annotated[Union[tuple(kind.config for kind in KINDS.values())], Field(discriminator="kind")]  # noqa: UP007
+
+
+def kind_of(stage: StageSpec) -> StageKind[Any]:
+    return KINDS[stage.kind]

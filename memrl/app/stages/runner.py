@@ -1,0 +1,64 @@
+"""`memrl run` and `memrl resume`: a recipe's stages in order, each through its kind in the registry."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+from memrl.app.context import RunContext
+from memrl.app.recipe import RESOLVED_NAME, LoadedRecipe, load_recipe
+from memrl.app.stages.registry import kind_of
+from memrl.core.errors import ConfigError
+
+
+def plan_lines(ctx: RunContext, name: str) -> list[str]:
+    """What stage `name` would do, one printable block per line of its plan ("name: ..." or "name:" + a command)."""
+    stage = ctx.recipe.stages[name]
+    return [
+        f"{name}:\n{text}" if "\n" in text else f"{name}: {text}" for text in kind_of(stage).dry_run(stage, ctx, name)
+    ]
+
+
+def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = None, dry_run: bool = False) -> Path:
+    """Run the selected stages (all by default) in recipe order; returns the run folder."""
+    recipe = loaded.recipe
+    unknown = sorted(set(only or []) - set(recipe.stages))
+    if unknown:
+        raise ConfigError(f"no stage named {unknown[0]!r} in recipe {recipe.name!r} (have: {', '.join(recipe.stages)})")
+    run_dir = recipe.run_dir.resolve()
+    if dry_run:
+        console.print(f"run {recipe.name!r} (dry run: nothing is trained or written)")
+    else:
+        saved = loaded.save(run_dir)
+        console.print(f"run {recipe.name!r}: resolved recipe written to {saved}")
+    # wandb stays offline unless the recipe or the caller's environment says otherwise.
+    os.environ.setdefault("WANDB_MODE", recipe.logging.mode)
+    ctx = RunContext(recipe, run_dir, console)
+    try:
+        for name, stage in recipe.stages.items():
+            if only and name not in only:
+                continue
+            console.rule(f"stage {name} ({stage.kind})")
+            if dry_run:
+                for line in plan_lines(ctx, name):
+                    console.print(line, soft_wrap=True, highlight=False, markup=False)
+            else:
+                kind_of(stage).run(stage, ctx, name)
+    finally:
+        ctx.close()
+    return run_dir
+
+
+def resume_run(run_dir: Path, console: Console, only: list[str] | None = None, dry_run: bool = False) -> Path:
+    """Rerun the run saved in `run_dir` from its resolved recipe: finished stages are skipped, an interrupted
+    training stage continues from its newest checkpoint. Outputs stay in `run_dir`, wherever it was started from."""
+    if not run_dir.is_dir():
+        raise ConfigError(f"run folder {run_dir} does not exist")
+    saved = run_dir / RESOLVED_NAME
+    if not saved.is_file():
+        raise ConfigError(f"{run_dir} is not a memrl run folder: {RESOLVED_NAME} is missing")
+    loaded = load_recipe(saved)
+    loaded.recipe = loaded.recipe.model_copy(update={"output_dir": run_dir.resolve()})
+    return run_recipe(loaded, console, only=only, dry_run=dry_run)

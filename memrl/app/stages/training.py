@@ -1,0 +1,301 @@
+"""`sft` and `grpo`: one schema each (memrl.train.config), handed to TRL in-process, verl or LLaMA-Factory.
+
+For verl and LLaMA-Factory the command is the product: `--dry-run` prints exactly what `run` executes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
+
+from memrl.app.context import RunContext
+from memrl.app.stages.base import Job, StageKind
+from memrl.core.checkpoints import (
+    CheckpointInfo,
+    adapter_base,
+    final_dir,
+    is_adapter,
+    last_step_dir,
+    portable_ref,
+    resolve_model,
+)
+from memrl.train.config import GRPOStage, SFTStage
+from memrl.train.trl_common import TrainContext, is_finished, resume_point
+
+S = TypeVar("S", SFTStage, GRPOStage)
+REWARD_PKG = "pkg://memrl.rewards.verl_reward"
+
+
+def train_context(ctx: RunContext, name: str) -> TrainContext:
+    """Where a trainer writes and how it logs (wandb offline by default, named after the recipe and stage)."""
+    logging = ctx.recipe.logging
+    if logging.backend == "wandb":
+        os.environ.setdefault("WANDB_PROJECT", logging.project)
+        os.environ.setdefault("WANDB_DIR", str(ctx.run_dir))
+        if logging.entity:
+            os.environ.setdefault("WANDB_ENTITY", logging.entity)
+    report_to = "wandb" if _wandb_on(ctx) else "none"
+    return TrainContext(ctx.stage_dir(name), name, ctx.recipe.seed, report_to, f"{ctx.recipe.name}-{name}")
+
+
+def _wandb_on(ctx: RunContext) -> bool:
+    return ctx.recipe.logging.backend == "wandb" and ctx.recipe.logging.mode != "disabled"
+
+
+def _logger(ctx: RunContext) -> Literal["wandb", "console"]:
+    return "wandb" if _wandb_on(ctx) else "console"
+
+
+@dataclass(frozen=True)
+class Trainer(Generic[S]):
+    """One trainer behind a training stage: (stage, ctx, name, base model, data folder) -> work or its description."""
+
+    run: Callable[[S, RunContext, str, str, Path], None]
+    describe: Callable[[S, RunContext, str, str, Path], list[str]]
+
+
+# ---- TRL, in-process -------------------------------------------------------------------------------------------
+
+
+def _trl_sft(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path) -> None:
+    from memrl.train.trl_sft import train_sft
+
+    ctx.console.print(f"{name}: checkpoint {train_sft(stage, base, data, train_context(ctx, name))}")
+
+
+def _trl_grpo(stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Path) -> None:
+    from memrl.train.trl_grpo import train_grpo
+
+    ctx.console.print(f"{name}: checkpoint {train_grpo(stage, base, data, train_context(ctx, name), ctx.console)}")
+
+
+# ---- verl: a command line, validated against verl's own config on CPU ------------------------------------------
+
+
+def _verl_start(ref: str, ctx: RunContext, dry_run: bool) -> tuple[str, str | None]:
+    """(model path, LoRA adapter or None) to start from; a stage that has not run yet is named by its plan."""
+    final = final_dir(Path(ref))
+    if is_adapter(final):
+        return resolve_model(adapter_base(final)), str(final)
+    if final.is_dir():
+        return str(final), None
+    if ref in {str(ctx.stage_dir(n)) for n in ctx.recipe.stages}:
+        return str(Path(ref) / "final"), None  # an earlier stage of this run; its final/ is where it will be
+    return (ref if dry_run else resolve_model(ref)), None
+
+
+@dataclass(frozen=True)
+class VerlCommand:
+    argv: list[str]
+    env: dict[str, str] | None
+    model_path: str
+
+
+def _verl_grpo_command(
+    stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Path, dry_run: bool
+) -> VerlCommand:
+    from memrl.train import verl_launch as vl
+
+    model_path, adapter = _verl_start(stage.init or base, ctx, dry_run)
+    overrides = vl.grpo_overrides(
+        stage,
+        model_path=model_path,
+        data_dir=data,
+        out_dir=ctx.stage_dir(name),
+        experiment=f"{ctx.recipe.name}-{name}",
+        project=ctx.recipe.logging.project,
+        logger=_logger(ctx),
+        lora_adapter_path=adapter,
+        seed=ctx.recipe.seed,
+    )
+    vl.validate_overrides(vl.PPO_CONFIG, overrides)  # a bad key fails here, on CPU, before any GPU job
+    env = dict(os.environ) | vl.secret_env(stage)
+    return VerlCommand(vl.verl_command("grpo", overrides, stage.cluster, environ=env), env, model_path)
+
+
+def _verl_sft_command(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path, dry_run: bool) -> VerlCommand:
+    from memrl.train import verl_launch as vl
+
+    model_path, _ = _verl_start(base, ctx, dry_run)
+    overrides = vl.sft_overrides(
+        stage,
+        model_path=model_path,
+        data_dir=data,
+        out_dir=ctx.stage_dir(name),
+        experiment=f"{ctx.recipe.name}-{name}",
+        project=ctx.recipe.logging.project,
+        logger=_logger(ctx),
+        resume=True,
+    )
+    vl.validate_overrides(vl.SFT_CONFIG, overrides)
+    return VerlCommand(vl.verl_command("sft", overrides, stage.cluster), None, model_path)
+
+
+def verl_command(stage: SFTStage | GRPOStage, ctx: RunContext, name: str, *, dry_run: bool) -> VerlCommand:
+    """The verl command a training stage runs (or, with `dry_run`, would run)."""
+    base, data = ctx.model_ref(stage.model), ctx.artifact(stage.data)
+    if isinstance(stage, GRPOStage):
+        return _verl_grpo_command(_with_init(stage, ctx), ctx, name, base, data, dry_run)
+    return _verl_sft_command(stage, ctx, name, base, data, dry_run)
+
+
+def _shown(argv: list[str]) -> list[str]:
+    from memrl.train.verl_launch import format_command
+
+    return [format_command(argv)]
+
+
+def _run_verl(command: VerlCommand, ctx: RunContext, name: str, *, base: str, trainer: str, alpha: int | None) -> None:
+    from memrl.train.verl_launch import run_verl
+    from memrl.train.verl_merge import merge_verl_checkpoint
+
+    out = ctx.stage_dir(name)
+    run_verl(command.argv, out / "verl.log", env=command.env)  # raises MemrlError with the log's tail on failure
+    # Merge verl's last FSDP checkpoint into `final/` (an adapter for LoRA runs, else the full model).
+    merged = merge_verl_checkpoint(out / "checkpoints", out / "merged", lora_alpha=alpha)
+    final = out / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    shutil.copytree(merged, final)
+    last = last_step_dir(out / "checkpoints", prefix="global_step_")
+    steps = int(last.name.removeprefix("global_step_")) if last else 0
+    CheckpointInfo(base, trainer, name, steps, is_adapter(final)).save(final)
+
+
+def _alpha(stage: SFTStage | GRPOStage) -> int | None:
+    return stage.lora.alpha if stage.lora is not None else None
+
+
+def _verl_grpo(stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Path) -> None:
+    command = _verl_grpo_command(stage, ctx, name, base, data, dry_run=False)
+    _run_verl(command, ctx, name, base=portable_ref(command.model_path), trainer="verl-grpo", alpha=_alpha(stage))
+
+
+def _verl_sft(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path) -> None:
+    command = _verl_sft_command(stage, ctx, name, base, data, dry_run=False)
+    _run_verl(command, ctx, name, base=portable_ref(base), trainer="verl-sft", alpha=_alpha(stage))
+
+
+# ---- LLaMA-Factory, in its own environment ----------------------------------------------------------------------
+
+
+def _llamafactory_args(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path, dry_run: bool) -> Any:
+    import torch
+
+    from memrl.train import llamafactory_run as lf
+
+    train_ctx = train_context(ctx, name)
+    return lf.sft_yaml(
+        stage,
+        model_path=base if dry_run else resolve_model(base),
+        dataset_dir=lf.dataset_folder(data),
+        out_dir=ctx.stage_dir(name) / "llamafactory",
+        cpu=not torch.cuda.is_available(),
+        report_to=train_ctx.report_to,
+        run_name=train_ctx.run_name,
+        seed=ctx.recipe.seed,
+    )
+
+
+def _llamafactory(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path) -> None:
+    import torch
+
+    from memrl.train import llamafactory_run as lf
+    from memrl.train.llamafactory_env import default_env_dir, ensure_env
+
+    out = ctx.stage_dir(name)
+    yaml_path = out / "llamafactory.yaml"
+    lf.write_yaml(_llamafactory_args(stage, ctx, name, base, data, dry_run=False), yaml_path)
+    with ctx.console.status("preparing LLaMA-Factory's own environment"):
+        cli = ensure_env(default_env_dir())
+    lf.run_llamafactory(
+        yaml_path, cli, out / "llamafactory.log", env=lf.launch_env(stage, not torch.cuda.is_available())
+    )
+    final = out / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    shutil.copytree(out / "llamafactory", final, ignore=shutil.ignore_patterns("checkpoint-*", "runs"))
+    state = final / "trainer_state.json"
+    steps = json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
+    CheckpointInfo(portable_ref(base), "llamafactory-sft", name, int(steps), is_adapter(final)).save(final)
+
+
+def _llamafactory_plan(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path) -> list[str]:
+    _llamafactory_args(stage, ctx, name, base, data, dry_run=True)  # refuses knobs LLaMA-Factory lacks, here too
+    return [f"llamafactory-cli train {ctx.stage_dir(name) / 'llamafactory.yaml'}"]
+
+
+SFT_TRAINERS: dict[str, Trainer[SFTStage]] = {
+    "trl": Trainer(_trl_sft, lambda s, c, n, base, data: [f"TRL SFTTrainer in-process on {base}, data {data / 'sft'}"]),
+    "verl": Trainer(_verl_sft, lambda s, c, n, base, data: _shown(_verl_sft_command(s, c, n, base, data, True).argv)),
+    "llamafactory": Trainer(_llamafactory, _llamafactory_plan),
+}
+GRPO_TRAINERS: dict[str, Trainer[GRPOStage]] = {
+    "trl": Trainer(
+        _trl_grpo,
+        lambda s, c, n, base, data: [f"TRL GRPOTrainer in-process from {s.init or base}, data {data / 'rl'}"],
+    ),
+    "verl": Trainer(_verl_grpo, lambda s, c, n, base, data: _shown(_verl_grpo_command(s, c, n, base, data, True).argv)),
+}
+
+
+# ---- the two stage kinds ----------------------------------------------------------------------------------------
+
+
+def _with_init(stage: S, ctx: RunContext) -> S:
+    if isinstance(stage, GRPOStage) and stage.init:
+        return stage.model_copy(update={"init": ctx.model_ref(stage.init)})
+    return stage
+
+
+def _run(trainers: dict[str, Trainer[S]]) -> Callable[[S, RunContext, str], None]:
+    def run(stage: S, ctx: RunContext, name: str) -> None:
+        """Skip a stage whose `final/` is complete (a rerun resumes the recipe), else hand it to its trainer."""
+        out = ctx.stage_dir(name)
+        if is_finished(out):
+            ctx.console.print(f"{name}: already finished ({out / 'final'}); delete it to retrain")
+            return
+        if stage.trainer == "trl" and (point := resume_point(out)) is not None:
+            ctx.console.print(f"{name}: resuming from {point} (same seed, same data order)")
+        stage = _with_init(stage, ctx)
+        trainers[stage.trainer].run(stage, ctx, name, ctx.model_ref(stage.model), ctx.artifact(stage.data))
+
+    return run
+
+
+def _dry_run(trainers: dict[str, Trainer[S]]) -> Callable[[S, RunContext, str], list[str]]:
+    def dry_run(stage: S, ctx: RunContext, name: str) -> list[str]:
+        stage = _with_init(stage, ctx)
+        return trainers[stage.trainer].describe(stage, ctx, name, ctx.model_ref(stage.model), ctx.artifact(stage.data))
+
+    return dry_run
+
+
+def _verl_job(stage: SFTStage | GRPOStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
+    """verl joins the job's cluster (RAY_ADDRESS, set by Ray for every job) instead of starting its own Ray."""
+    if stage.trainer != "verl":
+        return Job()
+    cluster = raw["cluster"]
+    if isinstance(stage, SFTStage):
+        if stage.cluster.nnodes > 1:
+            # verl's SFT on several nodes runs only as its own Ray job (sft_trainer_ray through `ray job
+            # submit`): hand it this cluster's job server.
+            cluster["ray_address"] = dashboard
+            return Job()
+        cluster["ray_address"] = None
+        return Job(gpus=stage.cluster.gpus_per_node)  # torchrun on the job's own node
+    cluster["ray_address"] = None
+    raw["overrides"] = [
+        *raw["overrides"],
+        # reward workers may sit on any node: name the reward function by module, not by a path here
+        f"reward.custom_reward_function.path={REWARD_PKG}",
+        "+ray_kwargs.ray_init.address=auto",
+    ]
+    return Job()
+
+
+SFT = StageKind(SFTStage, _run(SFT_TRAINERS), _dry_run(SFT_TRAINERS), _verl_job, refs=("data",))
+GRPO = StageKind(GRPOStage, _run(GRPO_TRAINERS), _dry_run(GRPO_TRAINERS), _verl_job, refs=("data", "init"))

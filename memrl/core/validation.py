@@ -1,0 +1,105 @@
+"""Pydantic validation errors as one line a user can act on: the dotted key, what was expected, what was given."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterable
+from typing import Any, Union
+
+from pydantic import BaseModel, ValidationError
+
+from memrl.core.errors import closest
+
+Key = str | int
+
+
+def describe_error(exc: ValidationError, root: type[BaseModel]) -> str:
+    """The first error as one line naming its dotted key (`unknown key 'a.b' (did you mean 'c'?)`), then a count."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(first["loc"])
+    shown, parent = _walk(root, loc[:-1])
+    if first["type"] == "extra_forbidden" and loc:
+        key = str(loc[-1])
+        where = ".".join([*shown, key])
+        hint = did_you_mean(key, list(parent.model_fields)) if parent is not None else ""
+        line = f"unknown key {where!r}{hint}"
+    else:
+        where = ".".join([*shown, *(map(str, loc[-1:]) if loc else [])]) or "(top level)"
+        line = _explain(first, where)
+    more = len(errors) - 1
+    return line + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
+
+
+def _explain(error: Any, where: str) -> str:
+    kind, msg = error["type"], error["msg"]
+    if kind == "missing":
+        return f"required key {where!r} is missing"
+    if kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    ctx = error.get("ctx", {})
+    if kind == "union_tag_not_found":
+        return f"required key '{where}.{ctx['discriminator'].strip(chr(39))}' is missing"
+    if kind == "union_tag_invalid":
+        return (
+            f"{where}.{ctx['discriminator'].strip(chr(39))}: expected one of {ctx['expected_tags']}, got {ctx['tag']!r}"
+        )
+    expected = msg.removeprefix("Input should be ")
+    return f"{where}: expected {expected}, got {error['input']!r}"
+
+
+def _walk(root: type[BaseModel], loc: tuple[Key, ...]) -> tuple[list[str], type[BaseModel] | None]:
+    """Follow a pydantic error location through the schema; drop union tags from the displayed path."""
+    shown: list[str] = []
+    node: Any = root
+    i = 0
+    while i < len(loc):
+        node = _unwrap(node)
+        part = loc[i]
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            info = node.model_fields.get(str(part))
+            node = info.annotation if info is not None else None
+            shown.append(str(part))
+        elif typing.get_origin(node) in (dict, list):
+            node = typing.get_args(node)[-1]
+            shown.append(str(part))
+        elif _is_union(node):
+            member = _union_member(node, part)
+            if member is None:
+                return shown, None
+            node = member
+        else:
+            return shown, None
+        i += 1
+    node = _unwrap(node)
+    if _is_union(node):
+        models = [m for m in typing.get_args(node) if isinstance(m, type) and issubclass(m, BaseModel)]
+        node = models[0] if len(models) == 1 else None
+    return shown, node if isinstance(node, type) and issubclass(node, BaseModel) else None
+
+
+def _unwrap(node: Any) -> Any:
+    while typing.get_origin(node) is typing.Annotated:
+        node = typing.get_args(node)[0]
+    return node
+
+
+def _is_union(node: Any) -> bool:
+    return typing.get_origin(node) in (Union, types.UnionType)
+
+
+def _union_member(node: Any, tag: Key) -> Any:
+    """The union member whose Literal discriminator equals `tag` (pydantic puts the tag in the location)."""
+    for member in typing.get_args(node):
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            for info in member.model_fields.values():
+                if typing.get_origin(info.annotation) is typing.Literal and tag in typing.get_args(info.annotation):
+                    return member
+    return None
+
+
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """' (did you mean X?)' for the option nearest a mistyped word, else ''."""
+    match = closest(word, options)
+    return f" (did you mean {match!r}?)" if match else ""

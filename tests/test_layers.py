@@ -1,0 +1,52 @@
+"""The import-linter contracts `make lint` runs: they hold on the tree, and an upward import breaks them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK = [sys.executable, str(ROOT / "tools" / "check_layers.py")]
+FOLDERS = ("memrl", "train", "rollout", "rewards", "envs", "data_gen", "recipes", "tools")
+
+
+def _copy_tree(dest: Path) -> Path:
+    for folder in FOLDERS:
+        shutil.copytree(ROOT / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+def _check(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CHECK, "--root", str(root)], capture_output=True, text=True, timeout=300)
+
+
+def test_the_tree_keeps_every_contract() -> None:
+    result = _check(ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "2 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "broken"),
+    [
+        # rewards reaching up into an environment (the taxonomy once lived there)
+        ("rewards/format.py", "from memrl.envs.collab import prompts  # noqa", "Layers"),
+        # a lazy import inside a function is still an import
+        ("envs/tod/pipeline.py", "def _up():\n    from memrl.train.judger import trainer  # noqa", "Layers"),
+        # one world reaching into another
+        ("envs/pahf/prompts.py", "from memrl.envs.collab import checkers  # noqa", "worlds"),
+    ],
+)
+def test_an_upward_or_sideways_import_breaks_a_contract(module: str, line: str, broken: str, tmp_path: Path) -> None:
+    root = _copy_tree(tmp_path / "repo")
+    target = root / module
+    target.write_text(target.read_text() + "\n\n" + line + "\n")
+    result = _check(root)
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "1 kept, 1 broken" in result.stdout
+    assert broken in result.stdout.split("Broken contracts")[-1]

@@ -1,0 +1,127 @@
+"""One stage registry: the recipe union is built from it, every kind plans a dry run, and the commands generated
+from the actions' configs expose exactly their fields as flags."""
+
+from __future__ import annotations
+
+import json
+import typing
+from pathlib import Path
+
+import pytest
+import typer
+from pydantic import ValidationError
+from typer.main import get_command
+
+from memrl.app.actions import collab, pahf, tod
+from memrl.app.cli.from_config import config_command
+from memrl.app.cli.main import app
+from memrl.app.config import Recipe
+from memrl.app.recipe import load_recipe
+from memrl.app.stages.registry import KINDS
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_the_recipe_schema_accepts_exactly_the_registered_kinds() -> None:
+    stages_field = Recipe.model_fields["stages"].annotation
+    union = typing.get_args(typing.get_args(stages_field)[1])[0]
+    names = {typing.get_args(member.model_fields["kind"].annotation)[0] for member in typing.get_args(union)}
+    assert names == set(KINDS)
+    for kind in ("tod_data", "judger_data", "pahf_data", "eval_collab", "eval_tod", "eval_pahf"):
+        assert kind in KINDS
+    with pytest.raises(ValidationError, match=r"union_tag_invalid|does not match any of the expected tags"):
+        Recipe.model_validate({"name": "x", "stages": {"a": {"kind": "no_such_kind"}}})
+
+
+def test_a_stage_may_only_name_an_earlier_stage() -> None:
+    stages = {
+        "eval": {"kind": "eval_tod", "data": "mstod"},
+        "mstod": {"kind": "tod_data", "sgd_dir": "s", "individuals": 2},
+    }
+    with pytest.raises(ValidationError, match=r"stages\.eval\.data: stage 'mstod' does not run before 'eval'"):
+        Recipe.model_validate({"name": "x", "stages": stages})
+
+
+@pytest.mark.parametrize("recipe", ["tod", "pahf", "quickstart", "judger-minilm-cpu", "reflector-qwen2.5-7b"])
+def test_every_bundled_flow_plans_a_dry_run(recipe: str, memrl_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = memrl_cli("run", recipe, "--dry-run", f"output_dir={tmp_path / 'run'}", cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = load_recipe(recipe)
+    for name, stage in loaded.recipe.stages.items():
+        assert f"stage {name} ({stage.kind})" in result.stdout + result.stderr
+
+
+def test_the_tod_flow_wires_each_stage_to_the_one_before(memrl_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = memrl_cli("run", "tod", "--dry-run", f"output_dir={tmp_path}", cwd=tmp_path, timeout=300)
+    out = result.stdout + result.stderr
+    assert f"memrl data judger --out {tmp_path / 'pairs'} (tod_dir={tmp_path / 'mstod'}" in out
+    assert f"judger={tmp_path / 'judger'}" in out and f"split_from={tmp_path / 'pairs'}" in out
+
+
+def _flags(command: typing.Callable[..., None]) -> dict[str, str]:
+    probe = typer.Typer()
+    probe.command()(command)
+    click_command = get_command(probe)
+    return {opt: param.help or "" for param in click_command.params for opt in param.opts}
+
+
+@pytest.mark.parametrize("action", [collab.EVAL_COLLAB, tod.EVAL_TOD, pahf.EVAL_PAHF, tod.TOD_DATA, tod.JUDGER_DATA])
+def test_generated_flags_are_the_config_fields_with_their_descriptions(action) -> None:  # type: ignore[no-untyped-def]
+    flags = _flags(config_command(action))
+    sections = {"sampling"}
+    for field, info in action.config.model_fields.items():
+        if field in sections:
+            assert f"--{field}" not in flags
+            continue
+        flag = "--" + field.replace("_", "-")
+        assert flag in flags, flag
+        assert (info.description or "") in flags[flag]
+    assert "--out" in flags
+
+
+def test_a_field_added_to_a_config_becomes_a_flag_and_a_recipe_key(tmp_path: Path) -> None:
+    from pydantic import Field
+
+    from memrl.app.actions import Action
+    from memrl.core.schema import StrictModel
+
+    class Toy(StrictModel):
+        size: int = Field(default=3, description="how many")
+        label: str = Field(description="a required label")
+
+    seen: list[Toy] = []
+
+    def run(cfg: Toy, out: Path, console: object) -> dict[str, int]:
+        seen.append(cfg)
+        return {"size": cfg.size}
+
+    action = Action("toy", Toy, run, "A toy action.")
+    probe = typer.Typer()
+    probe.command()(config_command(action))
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(probe, ["--label", "x", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"size": 3}
+    result = CliRunner().invoke(probe, ["--label", "x", "--size", "5", "--out", str(tmp_path)])
+    assert seen[-1] == Toy(size=5, label="x")
+
+
+def test_every_eval_and_data_command_keeps_its_name() -> None:
+    commands = get_command(app).commands  # type: ignore[attr-defined]
+    assert set(commands["eval"].commands) >= {"collab", "tod", "pahf", "judger", "reflector"}
+    assert set(commands["data"].commands) >= {"reflection", "tod", "judger", "pahf"}
+
+
+def test_cli_flags_and_recipe_keys_build_the_same_config(tmp_path: Path) -> None:
+    """`memrl eval tod --top-k 2 --retriever bm25` and a stage with `top_k: 2, retriever: bm25` agree."""
+    from memrl.app.stages.registry import KINDS
+
+    stage = KINDS["eval_tod"].config.model_validate(
+        {"kind": "eval_tod", "data": str(FIXTURES / "mstod"), "top_k": 2, "retriever": "bm25"}
+    )
+    from memrl.envs.tod.config import TodEvalConfig
+
+    from_stage = TodEvalConfig.model_validate(stage.model_dump(exclude={"kind"}))
+    from_flags = TodEvalConfig.model_validate({"data": str(FIXTURES / "mstod"), "top_k": 2, "retriever": "bm25"})
+    assert from_stage == from_flags
