@@ -68,7 +68,7 @@ def test_deepspeed_configs_parse() -> None:
 
 
 def test_multi_node_command_keeps_rendezvous_references() -> None:
-    argv = torchrun_command(Path("r.yaml"), "judger", ClusterConfig(nnodes=2, gpus_per_node=8))
+    argv = torchrun_command("memrl.app.judger_main", Path("r.yaml"), "judger", ClusterConfig(nnodes=2, gpus_per_node=8))
     shown = format_command(argv)
     assert '"--node-rank=${NODE_RANK}"' in shown and "--nnodes=2" in shown and "--standalone" not in shown
     env = {"NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1"}
@@ -76,7 +76,9 @@ def test_multi_node_command_keeps_rendezvous_references() -> None:
     with pytest.raises(ConfigError, match="set MASTER_ADDR on every node"):
         resolve_refs(argv, {"NODE_RANK": "0"})
     with pytest.raises(ConfigError, match="torchrun, not Ray"):
-        torchrun_command(Path("r.yaml"), "judger", ClusterConfig(ray_address="ray://head:10001"))
+        torchrun_command(
+            "memrl.app.judger_main", Path("r.yaml"), "judger", ClusterConfig(ray_address="ray://head:10001")
+        )
 
 
 def test_missing_data_fails_in_one_line(tmp_path: Path) -> None:

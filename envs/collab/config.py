@@ -15,10 +15,7 @@ from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
 class CollabSampling(StrictModel):
     """Sampling per role. Budgets fit each role's JSON on the CPU default model; raise them for real models."""
 
-    agent: SamplingConfig = Field(
-        default=SamplingConfig(temperature=0.7, max_tokens=96, seed=0),
-        description="memory | none | oracle | history-3 | history-all",
-    )
+    agent: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=96, seed=0)
     retrieval: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=64)
     user: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=256, seed=0)
     reflector: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=192, seed=0)
@@ -38,7 +35,7 @@ class CollabEvalConfig(StrictModel):
     users: PositiveInt = Field(default=4, description="simulated users, each with a persona and three preferences")
     sessions: PositiveInt = Field(default=20, description="sessions per user, in order")
     max_turns: PositiveInt = Field(default=10, description="user-agent exchanges per session")
-    agent: AgentKind = AgentKind.MEMORY
+    agent: AgentKind = Field(default=AgentKind.MEMORY, description="memory | none | oracle | history-3 | history-all")
     simulator: Literal["rule", "llm"] = Field(default="rule", description="the user simulator: rule (checkers) | llm")
     model: ModelConfig = Field(default=HFModelConfig(backend="hf", model="smollm2"), description="the agent's model")
     user_model: ModelConfig | None = Field(default=None, description="LLM user simulator; default: `model`")

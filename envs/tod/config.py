@@ -16,23 +16,11 @@ DEFAULT_CHAT_MODEL = HFModelConfig(backend="hf", model="smollm2")
 class TodSampling(StrictModel):
     """Sampling per LLM role: greedy, so a rerun of the same setup says the same things."""
 
-    intent: SamplingConfig = Field(
-        default=SamplingConfig(temperature=0.0, max_tokens=48), description="intent extractor: schema (offline) | llm"
-    )
-    reasoner: SamplingConfig = Field(
-        default=SamplingConfig(temperature=0.0, max_tokens=256),
-        description="missing-slot reasoner: schema (offline) | llm",
-    )
-    reader: SamplingConfig = Field(
-        default=SamplingConfig(temperature=0.0, max_tokens=128),
-        description="template (offline) or llm (reader_model writes the confirmation)",
-    )
-    user: SamplingConfig = Field(
-        default=SamplingConfig(temperature=0.0, max_tokens=64), description="user simulator: rule | llm"
-    )
-    supervisor: SamplingConfig = Field(
-        default=SamplingConfig(temperature=0.0, max_tokens=192), description="supervisor: rule | llm"
-    )
+    intent: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=48)
+    reasoner: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=256)
+    reader: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=128)
+    user: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=64)
+    supervisor: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=192)
     quality: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=128)
 
 
@@ -46,12 +34,16 @@ class TodEvalConfig(StrictModel):
     alpha: float = Field(default=0.5, ge=0.0, le=1.0, description="weight of the retrieval score in the fusion")
     top_k: PositiveInt = Field(default=5, description="QA pairs the reader gets")
     top_units: PositiveInt | None = Field(default=3, description="memory units kept by intent alignment; None: all")
-    reader: Literal["template", "llm"] = "llm"
+    reader: Literal["template", "llm"] = Field(
+        default="llm", description="template (offline) or llm (reader_model writes the confirmation)"
+    )
     reader_model: ModelConfig = Field(default=DEFAULT_CHAT_MODEL, description="the reader's model")
-    intent: Literal["schema", "llm"] = "schema"
-    reasoner: Literal["schema", "llm"] = "schema"
-    user: Literal["rule", "llm"] = "rule"
-    supervisor: Literal["rule", "llm"] = "rule"
+    intent: Literal["schema", "llm"] = Field(default="schema", description="intent extractor: schema (offline) | llm")
+    reasoner: Literal["schema", "llm"] = Field(
+        default="schema", description="missing-slot reasoner: schema (offline) | llm"
+    )
+    user: Literal["rule", "llm"] = Field(default="rule", description="user simulator: rule | llm")
+    supervisor: Literal["rule", "llm"] = Field(default="rule", description="supervisor: rule | llm")
     llm: ModelConfig | None = Field(default=None, description="model of the llm roles; default: the reader's")
     quality_judge: ModelConfig | None = Field(default=None, description="rates confirmation responses 1-10")
     max_turns: PositiveInt = Field(default=10, description="assistant turns before a task fails")

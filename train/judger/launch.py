@@ -16,9 +16,8 @@ from memrl.core.errors import ConfigError
 from memrl.train.config import ClusterConfig
 from memrl.train.launch import format_command
 
-__all__ = ["BUNDLED_DEEPSPEED", "ENTRY", "deepspeed_config", "format_command", "resolve_refs", "torchrun_command"]
+__all__ = ["BUNDLED_DEEPSPEED", "deepspeed_config", "format_command", "resolve_refs", "torchrun_command"]
 
-ENTRY = "memrl.app.judger_main"
 BUNDLED_DEEPSPEED = ("zero2", "zero3")
 
 
@@ -32,7 +31,8 @@ def deepspeed_config(ref: str, *, must_exist: bool = True) -> Path:
     return path
 
 
-def torchrun_command(recipe: Path, stage: str, cluster: ClusterConfig) -> list[str]:
+def torchrun_command(entry: str, recipe: Path, stage: str, cluster: ClusterConfig) -> list[str]:
+    """torchrun running module `entry` once per GPU on `recipe --stage stage`."""
     if cluster.ray_address is not None:
         raise ConfigError(f"stages.{stage}.cluster.ray_address: judger stages launch with torchrun, not Ray")
     local = Path(sys.executable).with_name("torchrun")
@@ -45,7 +45,7 @@ def torchrun_command(recipe: Path, stage: str, cluster: ClusterConfig) -> list[s
             "--rdzv-backend=c10d",
             "--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT:-29500}",
         ]
-    return [*argv, f"--nproc-per-node={cluster.gpus_per_node}", "-m", ENTRY, str(recipe), "--stage", stage]
+    return [*argv, f"--nproc-per-node={cluster.gpus_per_node}", "-m", entry, str(recipe), "--stage", stage]
 
 
 def resolve_refs(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:

@@ -16,6 +16,8 @@ from memrl.core.schema import StrictModel
 from memrl.train.config import JudgerStage
 from memrl.train.trl_common import is_finished
 
+TORCHRUN_ENTRY = "memrl.app.judger_main"  # what torchrun starts once per GPU: one judger stage of a resolved recipe
+
 
 def data_ref(ref: str | None, ctx: RunContext, name: str) -> Path:
     """The stage's own `data`, else the recipe's; a stage of this recipe names its output folder."""
@@ -61,7 +63,7 @@ def _torchrun_argv(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
             f"stages.{name}: batch_size ({stage.batch_size}) must be a multiple of micro_batch_size "
             f"({stage.micro_batch_size}) x {stage.world_size} GPUs"
         )
-    return torchrun_command(ctx.run_dir / RESOLVED_NAME, name, stage.cluster)
+    return torchrun_command(TORCHRUN_ENTRY, ctx.run_dir / RESOLVED_NAME, name, stage.cluster)
 
 
 def _run_distributed(stage: JudgerStage, ctx: RunContext, name: str) -> None:

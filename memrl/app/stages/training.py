@@ -96,23 +96,26 @@ class VerlCommand:
     model_path: str
 
 
+def _where(ctx: RunContext, name: str, model_path: str, data: Path) -> dict[str, Any]:
+    """The overrides' arguments every verl stage shares: model, data, output, and how the run is named and logged."""
+    return {
+        "model_path": model_path,
+        "data_dir": data,
+        "out_dir": ctx.stage_dir(name),
+        "experiment": f"{ctx.recipe.name}-{name}",
+        "project": ctx.recipe.logging.project,
+        "logger": _logger(ctx),
+    }
+
+
 def _verl_grpo_command(
     stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Path, dry_run: bool
 ) -> VerlCommand:
     from memrl.train import verl_launch as vl
 
     model_path, adapter = _verl_start(stage.init or base, ctx, dry_run)
-    overrides = vl.grpo_overrides(
-        stage,
-        model_path=model_path,
-        data_dir=data,
-        out_dir=ctx.stage_dir(name),
-        experiment=f"{ctx.recipe.name}-{name}",
-        project=ctx.recipe.logging.project,
-        logger=_logger(ctx),
-        lora_adapter_path=adapter,
-        seed=ctx.recipe.seed,
-    )
+    where = _where(ctx, name, model_path, data)
+    overrides = vl.grpo_overrides(stage, **where, lora_adapter_path=adapter, seed=ctx.recipe.seed)
     vl.validate_overrides(vl.PPO_CONFIG, overrides)  # a bad key fails here, on CPU, before any GPU job
     env = dict(os.environ) | vl.secret_env(stage)
     return VerlCommand(vl.verl_command("grpo", overrides, stage.cluster, environ=env), env, model_path)
@@ -122,16 +125,7 @@ def _verl_sft_command(stage: SFTStage, ctx: RunContext, name: str, base: str, da
     from memrl.train import verl_launch as vl
 
     model_path, _ = _verl_start(base, ctx, dry_run)
-    overrides = vl.sft_overrides(
-        stage,
-        model_path=model_path,
-        data_dir=data,
-        out_dir=ctx.stage_dir(name),
-        experiment=f"{ctx.recipe.name}-{name}",
-        project=ctx.recipe.logging.project,
-        logger=_logger(ctx),
-        resume=True,
-    )
+    overrides = vl.sft_overrides(stage, **_where(ctx, name, model_path, data), resume=True)
     vl.validate_overrides(vl.SFT_CONFIG, overrides)
     return VerlCommand(vl.verl_command("sft", overrides, stage.cluster), None, model_path)
 
