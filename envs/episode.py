@@ -55,6 +55,17 @@ class Episode(Protocol):
     def record(self) -> dict[str, Any]: ...
 
 
+def check_step(episode: object, unknown: Mapping[str, Any], *, started: bool, over: bool) -> None:
+    """What every `step` refuses: annotations the environment does not document, a step before `reset`, and a
+    step after the one that was done."""
+    if unknown:
+        raise TypeError(f"{type(episode).__name__}.step takes no annotation {', '.join(sorted(unknown))}")
+    if not started:
+        raise RuntimeError("reset the episode before stepping it")
+    if over:
+        raise RuntimeError("the episode is over: reset it to start again")
+
+
 async def play(episode: Episode, policy: Policy) -> Step:
     """Reset `episode`, then step it with `policy`'s replies until done; returns the final step."""
     observation = await episode.reset()

@@ -50,3 +50,16 @@ def test_an_upward_or_sideways_import_breaks_a_contract(module: str, line: str, 
     assert result.returncode == 1, result.stdout[-2000:]
     assert "1 kept, 1 broken" in result.stdout
     assert broken in result.stdout.split("Broken contracts")[-1]
+
+
+def test_every_package_folder_is_installed() -> None:
+    """A new subpackage missing from pyproject's `packages` works editable and is absent from the wheel."""
+    import tomllib
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    found = set()
+    for package, folder in tool["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            found.add(".".join((package, *init.parent.relative_to(ROOT / folder).parts)))
+    assert found - listed == set(), f"add to pyproject's packages: {sorted(found - listed)}"

@@ -19,7 +19,7 @@ from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile
 from memrl.envs.collab.user_sim import UserSession, UserSimulator, UserTurn, checker_verdicts
-from memrl.envs.episode import PolicyReply, Step, play
+from memrl.envs.episode import PolicyReply, Step, check_step, play
 from memrl.rollout.base import Message
 
 MAX_TURNS = 10  # user-agent exchanges per session, as in the paper
@@ -119,12 +119,7 @@ class CollabEpisode:
         retrieval_failed: bool = False,
         **unknown: Any,
     ) -> Step:
-        if unknown:
-            raise TypeError(f"CollabEpisode.step takes no annotation {', '.join(sorted(unknown))}")
-        if self._user is None:
-            raise RuntimeError("reset the episode before stepping it")
-        if self._record is not None:
-            raise RuntimeError("the episode is over: reset it to start again")
+        check_step(self, unknown, started=self._user is not None, over=self._record is not None)
         self._turns.append({"role": "assistant", "content": reply})
         self._log.append({"role": "assistant", "content": reply, "retrieved": retrieved})
         self._failures["agent"] += parse_failed

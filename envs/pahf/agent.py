@@ -2,6 +2,9 @@
 
 Kinds (the paper's four settings) differ only in which feedback channels they use; see `ABILITIES`. Every model
 call goes through a `ChatBackend`; an unusable reply is counted in `failures` and never stops a run.
+
+`PahfEpisode` is one task as an `Episode` (memrl.envs.episode): the environment is the task and its user, the
+policy the agent's decision step. `PahfAgent.run` is the agent playing it, with its memory around the decisions.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
+from memrl.envs.episode import Step, check_step
 from memrl.envs.pahf import prompts
 from memrl.envs.pahf.memory import MemoryStore
-from memrl.rollout.base import ChatBackend, SamplingParams
+from memrl.rollout.base import ChatBackend, Message, SamplingParams
 from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
 
 Domain = Literal["shopping", "embodied"]
@@ -138,6 +142,73 @@ def _note(raw: str) -> str | None:
     if isinstance(parsed, JSONParseFailure):
         return None
     return field_text(parsed.data["note"]).strip() or None
+
+
+class PahfEpisode:
+    """One task as an `Episode`: the task speaks first, each step is one decision reply of the policy.
+
+    `reset` returns the task (user, instruction, what the agent sees, the options) as one user message. `step(reply)`
+    reads the reply with `parse_decision` (asking is allowed on the first decision only, and only when `may_ask` and
+    `learning`). A question is answered by the user: the answer closes the next observation, the episode goes on,
+    `info` has `question` and `answer`. Anything else acts and ends the episode: the reward part `correct` (0/1) on
+    that step only (an unusable reply takes no action and is not correct). In a learning phase a wrong action gets the
+    user's feedback when `wants_feedback` (the agent listens): it closes the final observation when the user has
+    something to say. The final `info` has `choice`, `thought`, `correct`, `feedback` and `unusable` (the start of a
+    reply that named no action, else None). The record is the task's side: the exchange and the action.
+    """
+
+    def __init__(
+        self, task: Task, user: TaskUser, learning: bool, *, may_ask: bool = True, wants_feedback: bool = True
+    ) -> None:
+        self.task = task
+        self.learning = learning
+        self.may_ask = may_ask and learning
+        self.wants_feedback = wants_feedback and learning
+        self._user = user
+        self._turns: list[Message] | None = None  # None until reset
+        self._asked: tuple[str, str] | None = None  # (question, answer)
+        self._record: dict[str, Any] | None = None  # set by the last step
+
+    async def reset(self) -> list[Message]:
+        """Start the task afresh and return it."""
+        task = self.task
+        scene = f"\nWhat you see: {task.scene}" if task.scene else ""
+        options = "\n".join(f"{letter}) {text}" for letter, text in task.options.items())
+        self._turns = [{"role": "user", "content": f"{task.user}: {task.instruction}{scene}\nOptions:\n{options}"}]
+        self._asked, self._record = None, None
+        return list(self._turns)
+
+    async def step(self, reply: str, **unknown: Any) -> Step:
+        check_step(self, unknown, started=self._turns is not None, over=self._record is not None)
+        self._turns.append({"role": "assistant", "content": reply})
+        decision = parse_decision(reply, "".join(self.task.options), self.may_ask and self._asked is None)
+        if decision.action == prompts.ASK:
+            answer = await self._user.answer(decision.question)
+            self._asked = (decision.question, answer)
+            self._turns.append({"role": "user", "content": answer})
+            return Step(list(self._turns), info={"question": decision.question, "answer": answer})
+        correct = decision.action == self.task.gold
+        feedback: str | None = None
+        if self.wants_feedback and decision.action is not None and not correct:
+            feedback = await self._user.feedback(decision.action)
+            if feedback:
+                self._turns.append({"role": "user", "content": feedback})
+        asked: tuple[str | None, str | None] = self._asked or (None, None)
+        info: dict[str, Any] = {
+            "choice": decision.action,
+            "thought": decision.thought,
+            "correct": correct,
+            "feedback": feedback,
+            "unusable": decision.raw[:RAW_KEPT] if decision.action is None else None,
+        }
+        self._record = {"user": self.task.user, "gold": self.task.gold, "question": asked[0], "answer": asked[1]} | info
+        return Step(list(self._turns), {"correct": float(correct)}, True, dict(info))
+
+    def record(self) -> dict[str, Any]:
+        """The task's side of the task record: the question asked and answered, the action, the feedback."""
+        if self._record is None:
+            raise RuntimeError("the episode has no record before its last step")
+        return self._record
 
 
 @dataclass
@@ -280,7 +351,8 @@ class PahfAgent:
         summary = field_text(parsed.data["summary"]).strip()
         return "" if summary.lower().strip(".") in ("none", "") else summary
 
-    async def _decide(self, task: Task, summary: str, may_ask: bool, clarification: tuple[str, str] | None) -> Decision:
+    async def _decide(self, task: Task, summary: str, may_ask: bool, clarification: tuple[str, str] | None) -> str:
+        """The decision reply, raw: the episode reads it."""
         messages = prompts.decision_messages(
             task.domain,
             task.user,
@@ -291,8 +363,7 @@ class PahfAgent:
             may_ask=may_ask,
             clarification=clarification,
         )
-        raw = (await self.backend.achat(messages, self.sampling.decision)).text
-        return parse_decision(raw, "".join(task.options), may_ask and clarification is None)
+        return (await self.backend.achat(messages, self.sampling.decision)).text
 
     async def run(self, task: Task, user: TaskUser, store: MemoryStore | None, learning: bool) -> Outcome:
         """One task. `learning`: a learning phase (questions and feedback allowed); test phases get neither."""
@@ -300,25 +371,23 @@ class PahfAgent:
         store = store if can.memory else None
         outcome = Outcome(None, False)
         outcome.summary = await self._summarise(store, task, outcome)
-        may_ask = can.asks and learning
-        decision = await self._decide(task, outcome.summary, may_ask, None)
-        if decision.action == prompts.ASK:
-            outcome.question = decision.question
-            outcome.answer = await user.answer(decision.question)
+        episode = PahfEpisode(task, user, learning, may_ask=can.asks, wants_feedback=can.learns_from_feedback)
+        await episode.reset()
+        step = await episode.step(await self._decide(task, outcome.summary, episode.may_ask, None))
+        if not step.done:  # asked: the second decision knows the answer and may not ask again
+            outcome.question, outcome.answer = step.info["question"], step.info["answer"]
             if store is not None and can.learns_from_answers:  # written before acting, as the paper does
                 outcome.writes.append(
-                    await self.writer.write(store, task, "answer", outcome.answer, outcome.failures, decision.question)
+                    await self.writer.write(store, task, "answer", outcome.answer, outcome.failures, outcome.question)
                 )
-            decision = await self._decide(task, outcome.summary, False, (decision.question, outcome.answer))
-        if decision.action is None:
+            clarification = (step.info["question"], step.info["answer"])
+            step = await episode.step(await self._decide(task, outcome.summary, False, clarification))
+        acted = step.info
+        if acted["unusable"] is not None:
             outcome.failures["decision"] += 1  # no action taken: the task fails
-            outcome.unusable = decision.raw[:RAW_KEPT]
-        outcome.choice, outcome.thought = decision.action, decision.thought
-        outcome.correct = decision.action == task.gold
-        if learning and decision.action is not None and not outcome.correct and can.learns_from_feedback:
-            outcome.feedback = await user.feedback(decision.action)
-            if outcome.feedback and store is not None:
-                outcome.writes.append(
-                    await self.writer.write(store, task, "feedback", outcome.feedback, outcome.failures)
-                )
+            outcome.unusable = acted["unusable"]
+        outcome.choice, outcome.thought, outcome.correct = acted["choice"], acted["thought"], acted["correct"]
+        outcome.feedback = acted["feedback"]
+        if outcome.feedback and store is not None:
+            outcome.writes.append(await self.writer.write(store, task, "feedback", outcome.feedback, outcome.failures))
         return outcome

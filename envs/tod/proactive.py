@@ -3,6 +3,9 @@
 L starts as the goal slots the confirmation response leaves missing or wrong. Each round a user simulator, told the
 goal and L, answers the assistant; the reader replies; a supervisor removes from L every slot the conversation now
 resolves. The loop ends when L is empty (success) or the assistant has spoken `max_turns` times.
+
+`ProactiveEpisode` is the loop as an `Episode` (memrl.envs.episode), stepped one assistant reply at a time;
+`run_proactive` is a reader playing it.
 """
 
 from __future__ import annotations
@@ -10,13 +13,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from memrl.envs.episode import PolicyReply, Step, check_step, play
 from memrl.envs.tod.formats import Turn, as_dicts
 from memrl.envs.tod.metrics import mentions, outstanding_slots
 from memrl.envs.tod.pipeline import Inference, parse_slot_list, require_backend
 from memrl.envs.tod.prompts import SUPERVISOR_KEYS, supervisor_messages, user_messages
 from memrl.envs.tod.reader import Reply, humanise
-from memrl.rollout.base import ChatBackend, SamplingParams
+from memrl.rollout.base import ChatBackend, Message, SamplingParams
 
 Respond = Callable[[Sequence[Turn]], Awaitable[Reply]]  # the loop's turns so far -> the assistant's next reply
 
@@ -123,6 +128,108 @@ class Outcome:
     failures: dict[str, int]
 
 
+def as_messages(turns: Sequence[Turn]) -> list[Message]:
+    """Turns as the chat messages a policy reads: the speaker is the role, the utterance the content."""
+    return [{"role": t.speaker, "content": t.utterance} for t in turns]
+
+
+class ProactiveEpisode:
+    """The proactive loop as an `Episode`: each step is one assistant reply, then the user and the supervisor act.
+
+    `reset` returns the dialogue context (as messages). The first step is the confirmation response: L becomes the
+    goal slots it leaves missing or wrong. Every later step is a reply to the user's answer, after which the
+    supervisor removes from L what the conversation now resolves. Until the episode ends, the observation closes
+    with the user's next answer (told the goal and L). `step(reply, slots=None, parse_failed=False)`: `slots` are the
+    values the reply states when the reader knows them (kept on its turn, which later readers may read back from
+    `followup`), `parse_failed` counts a reader failure. The episode ends when L is empty or after `max_turns`
+    replies; the last step carries the reward parts `success` (0/1) and `dte` (assistant turns to complete the task,
+    `max_turns` when it never completes), earlier steps none. `info` has `outstanding` (L after the reply), and on
+    the last step `ended_by` ("resolved" or "max_turns"). `outcome()` is the finished loop as an `Outcome`.
+    """
+
+    def __init__(
+        self,
+        context: Sequence[Turn],
+        goal: Mapping[str, str],
+        user: UserSimulator,
+        supervisor: Supervisor,
+        max_turns: int = 10,
+    ) -> None:
+        self.context = list(context)
+        self.goal = goal
+        self.max_turns = max_turns
+        self._user = user
+        self._supervisor = supervisor
+        self._started = False
+        self._outcome: Outcome | None = None  # set by the last step
+        self._confirmation: Reply | None = None
+        self._turns: list[Turn] = []
+        self._left: list[str] = []
+        self._history: list[list[str]] = []
+        self._failures = {"reader": 0, "user": 0, "supervisor": 0}
+
+    @property
+    def followup(self) -> list[Turn]:
+        """The loop's turns so far (empty before the confirmation response): what a reader responds to."""
+        return list(self._turns)
+
+    def _observation(self) -> list[Message]:
+        return as_messages([*self.context, *self._turns])
+
+    async def reset(self) -> list[Message]:
+        """Start the loop afresh and return the dialogue context."""
+        self._started, self._outcome, self._confirmation = True, None, None
+        self._turns, self._left, self._history = [], [], []
+        self._failures = {"reader": 0, "user": 0, "supervisor": 0}
+        return self._observation()
+
+    async def step(
+        self, reply: str, *, slots: Mapping[str, str] | None = None, parse_failed: bool = False, **unknown: Any
+    ) -> Step:
+        check_step(self, unknown, started=self._started, over=self._outcome is not None)
+        said = Reply(reply, dict(slots or {}), parse_failed)
+        self._failures["reader"] += parse_failed
+        self._turns.append(Turn(speaker="assistant", utterance=said.text, slots=said.slots))
+        if self._confirmation is None:
+            self._confirmation = said
+            self._left = outstanding_slots(said.text, self.goal)
+        else:
+            verdict = await self._supervisor.resolved([*self.context, *self._turns], self.goal, self._left)
+            self._failures["supervisor"] += verdict.failed
+            self._left = [s for s in self._left if s not in verdict.value]
+        self._history.append(list(self._left))
+        spoken = len(self._history)
+        info: dict[str, Any] = {"outstanding": list(self._left)}
+        if self._left and spoken < self.max_turns:
+            answer = await self._user.reply([*self.context, *self._turns], self.goal, self._left)
+            self._failures["user"] += answer.failed
+            self._turns.append(answer.turn)
+            return Step(self._observation(), info=info)
+        success = not self._left
+        dte = spoken if success else self.max_turns
+        self._outcome = Outcome(self._confirmation, list(self._turns), self._history, dte, success, self._failures)
+        reward = {"success": float(success), "dte": float(dte)}
+        return Step(self._observation(), reward, True, info | {"ended_by": "resolved" if success else "max_turns"})
+
+    def outcome(self) -> Outcome:
+        """The finished loop; only once done."""
+        if self._outcome is None:
+            raise RuntimeError("the episode has no outcome before its last step")
+        return self._outcome
+
+    def record(self) -> dict[str, Any]:
+        """The loop's record (plain JSON): confirmation, turns, L after each reply, dte, success, failures."""
+        outcome = self.outcome()
+        return {
+            "confirmation": outcome.confirmation.text,
+            "turns": [t.model_dump(exclude_defaults=True) for t in outcome.turns],
+            "outstanding": outcome.outstanding,
+            "dte": outcome.dte,
+            "success": outcome.success,
+            "failures": dict(outcome.failures),
+        }
+
+
 async def run_proactive(
     respond: Respond,
     context: Sequence[Turn],
@@ -132,27 +239,14 @@ async def run_proactive(
     max_turns: int = 10,
 ) -> Outcome:
     """Confirmation response, then user / assistant / supervisor rounds until L is empty or the turn limit."""
-    failures = {"reader": 0, "user": 0, "supervisor": 0}
-    confirmation = await respond([])
-    failures["reader"] += confirmation.failed
-    turns = [Turn(speaker="assistant", utterance=confirmation.text, slots=confirmation.slots)]
-    left = outstanding_slots(confirmation.text, goal)
-    history = [list(left)]
-    spoken = 1
-    while left and spoken < max_turns:
-        answer = await user.reply([*context, *turns], goal, left)
-        failures["user"] += answer.failed
-        turns.append(answer.turn)
-        reply = await respond(turns)
-        failures["reader"] += reply.failed
-        turns.append(Turn(speaker="assistant", utterance=reply.text, slots=reply.slots))
-        spoken += 1
-        verdict = await supervisor.resolved([*context, *turns], goal, left)
-        failures["supervisor"] += verdict.failed
-        left = [s for s in left if s not in verdict.value]
-        history.append(list(left))
-    success = not left
-    return Outcome(confirmation, turns, history, spoken if success else max_turns, success, failures)
+    episode = ProactiveEpisode(context, goal, user, supervisor, max_turns)
+
+    async def policy(observation: list[Message]) -> PolicyReply:
+        reply = await respond(episode.followup)
+        return reply.text, {"slots": reply.slots, "parse_failed": reply.failed}
+
+    await play(episode, policy)
+    return episode.outcome()
 
 
 USERS: Mapping[str, Callable[[ChatBackend | None, SamplingParams], UserSimulator]] = {
