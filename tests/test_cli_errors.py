@@ -39,7 +39,9 @@ def test_debug_shows_the_traceback(memrl_cli: MemrlCLI) -> None:
         (("recipes", "show", "no-such-recipe"), ("not found",)),
         (("run", "generate", "stages.generate.model=ghost"), ("'ghost' is not a key",)),
         (("models", "pull", "gpt-17"), ("unknown model 'gpt-17'", "smollm2-135m-instruct")),
-        (("chat", "--model", "/no/such/model/dir", "hi"), ("is not an embedded model",)),
+        pytest.param(  # slow (~8 s): chat imports torch and transformers before it checks the model
+            ("chat", "--model", "/no/such/model/dir", "hi"), ("is not an embedded model",), marks=pytest.mark.slow
+        ),
         (("run", "generate", "--stage", "train"), ("no stage named 'train'",)),
         (("serve", "--engine", "tgi"), ("--engine must be",)),
     ],

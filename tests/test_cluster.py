@@ -148,6 +148,7 @@ def _assert_spread(nodes: set[str], cluster: Cluster) -> None:
     assert nodes == alive  # envs.actors.spawn_workers deals workers round-robin over the live nodes
 
 
+@pytest.mark.slow
 def test_collab_eval_spreads_over_both_nodes(
     cluster: Cluster, tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:
@@ -167,6 +168,7 @@ def test_collab_eval_spreads_over_both_nodes(
     _assert_spread({r["node"] for r in records}, cluster)
 
 
+@pytest.mark.slow
 def test_launch_runs_a_stage_as_a_ray_job(
     cluster: Cluster, tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:
@@ -206,6 +208,7 @@ def test_launch_runs_a_stage_as_a_ray_job(
     _assert_spread(nodes, cluster)  # the job's collab actors used both nodes
 
 
+@pytest.mark.slow
 def test_dry_run_prints_every_stage_and_masks_secrets(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     work, run_dir = tmp_path / "work", tmp_path / "run"
     work.mkdir()

@@ -69,6 +69,7 @@ def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Pa
     assert message in lines[0]
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_fails_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     result = memrl_cli(
         "eval", "collab", "--users", "1", "--sessions", "1", "--model", "m@http://127.0.0.1:9/v1", "--out",
@@ -80,6 +81,7 @@ def test_unreachable_endpoint_fails_in_one_line(tmp_path: Path, memrl_cli: Memrl
     assert "unreachable" in last
 
 
+@pytest.mark.slow
 def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "run"
     base = ["eval", "collab", "--model", tiny_qwen2, "--users", "2", "--max-turns", "2", "--max-tokens", "16"]
@@ -117,6 +119,7 @@ def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path
     assert "holds a run with different agent" in other.stderr
 
 
+@pytest.mark.slow
 def test_llm_simulator_against_a_local_transformers_serve(
     smollm2_server: Any, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:
@@ -136,6 +139,7 @@ def test_llm_simulator_against_a_local_transformers_serve(
     assert set(metrics["parse_failures"]) == {"agent", "user", "retrieval", "reflection"}
 
 
+@pytest.mark.slow
 def test_unreachable_ray_cluster_fails_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     from memrl.rollout.serve import free_port
 

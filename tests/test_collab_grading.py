@@ -159,6 +159,7 @@ def test_judge_output_reading(text: str, correct: bool, failed: bool) -> None:
     assert grade.reasoning.startswith("judge output unparseable") == failed
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # slow: loads and runs the embedded chat model on CPU (two short generations)
 def test_judge_on_a_real_model(smollm2: str) -> None:
     from memrl.rollout.hf_local import HFBackend

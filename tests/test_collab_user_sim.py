@@ -97,6 +97,7 @@ def test_rule_user_is_deterministic_per_seed() -> None:
     assert any(run(s) != run(3) for s in range(4, 12))
 
 
+@pytest.mark.slow
 def test_llm_user_keeps_the_contract_with_a_real_model(smollm2: str) -> None:
     from memrl.rollout.hf_local import HFBackend
 

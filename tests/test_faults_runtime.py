@@ -24,6 +24,8 @@ from conftest import MEMRL_ARGV, MemrlCLI
 
 SGD = Path(__file__).parent / "fixtures" / "sgd"
 
+pytestmark = pytest.mark.slow  # every test here runs `memrl` with Ray workers
+
 # Carries the keys of every collab role (agent reply, retrieval, reflection), so each call parses.
 CANNED = json.dumps(
     {

@@ -94,6 +94,7 @@ def losses(history: list[dict[str, Any]]) -> dict[int, float]:
     return {int(row["step"]): float(row["loss"]) for row in history if "loss" in row}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sft", "grpo"])
 def test_killed_trl_stage_resumes_with_the_same_data_order(
     kind: str, reflection_data: Path, tmp_path: Path, memrl_cli: MemrlCLI
@@ -164,6 +165,7 @@ def test_resume_needs_a_run_folder(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     assert result.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.slow
 def test_resume_reruns_the_saved_recipe_and_skips_finished_stages(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """The saved recipe is the source of truth: a dry run shows the saved overrides, unknown stages fail."""
     run = tmp_path / "run"

@@ -12,7 +12,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.slow
 
 
-def test_tod_flow_sgd_to_judger_to_eval_and_a_rerun_redoes_nothing(memrl_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_tod_flow_sgd_to_judger_to_eval_and_a_rerun_redoes_nothing(memrl_cli, tmp_path: Path) -> None:
     args = ("run", "tod", "--smoke", f"stages.mstod.sgd_dir={FIXTURES / 'sgd'}", f"output_dir={tmp_path}")
     result = memrl_cli(*args, cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -32,7 +32,7 @@ def test_tod_flow_sgd_to_judger_to_eval_and_a_rerun_redoes_nothing(memrl_cli, tm
     assert (tmp_path / "eval" / "sessions.jsonl").read_text().splitlines() == records
 
 
-def test_pahf_flow_protocol_then_writer_data(memrl_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_pahf_flow_protocol_then_writer_data(memrl_cli, tmp_path: Path) -> None:
     args = ("run", "pahf", "--smoke", f"stages.eval.data={FIXTURES / 'pahf'}", f"output_dir={tmp_path}")
     result = memrl_cli(*args, cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]

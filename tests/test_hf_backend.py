@@ -69,6 +69,7 @@ def test_achat_runs_concurrently_safely(tiny: HFBackend) -> None:
     assert asyncio.run(both()) == [c.text for c in tiny.generate(PROMPTS, greedy)]
 
 
+@pytest.mark.slow
 def test_smollm2_answers_a_factual_question(smollm2: str) -> None:
     backend = HFBackend(smollm2, device="cpu")
     answer = backend.chat(

@@ -158,6 +158,7 @@ def assert_scores(folder: Path, pairs: Path) -> list[float]:
     return batched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("base", "head"), [("tiny-qwen2", "seq_cls"), ("tiny-llama", "yes_no")])
 def test_causal_heads_train_with_lora_and_score(base: str, head: str, pairs: Path, tmp_path: Path,
                                                  request: pytest.FixtureRequest) -> None:  # fmt: skip
@@ -185,6 +186,7 @@ def test_causal_heads_train_with_lora_and_score(base: str, head: str, pairs: Pat
         assert json.loads((final / "memrl_checkpoint.json").read_text())["steps"] == 3
 
 
+@pytest.mark.slow
 def test_cross_encoder_learns(minilm_judger: Path, pairs: Path) -> None:
     import torch
     from transformers import AutoTokenizer
@@ -212,6 +214,7 @@ KEYS = {"recall@1", "recall@3", "recall@5", "retrieval_recall@1", "retrieval_rec
         "positives"}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_eval_judger_cli_writes_every_metric_and_resumes(minilm_judger: Path, pairs: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -106,6 +106,7 @@ def judger_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_end_to_end_on_the_mstod_fixture(
     judger_data: Path, tmp_path: Path, model_cache: Path, memrl_cli: MemrlCLI
 ) -> None:
@@ -135,6 +136,7 @@ stages:
 """
 
 
+@pytest.mark.slow
 def test_two_processes_run_under_torchrun_and_save_an_adapter(
     judger_data: Path, tmp_path: Path, tiny_qwen2: str, memrl_cli: MemrlCLI
 ) -> None:

@@ -16,6 +16,7 @@ def test_dry_run_lists_the_steps(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     assert not (tmp_path / "lf").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_environment_is_created_and_isolated(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     env_dir = tmp_path / "lf"

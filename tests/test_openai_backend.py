@@ -28,6 +28,7 @@ def backend_for(server: LocalServer, **kwargs: float) -> OpenAIBackend:
     return OpenAIBackend(server.name, server.url, **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_chat_against_real_server(smollm2_server: LocalServer) -> None:
     backend = backend_for(smollm2_server)
     completion = backend.chat(QUESTION, SamplingParams(temperature=0, max_tokens=16))  # type: ignore[arg-type]
@@ -37,6 +38,7 @@ def test_chat_against_real_server(smollm2_server: LocalServer) -> None:
     assert backend.usage.completion_tokens == completion.completion_tokens
 
 
+@pytest.mark.slow
 def test_async_requests_respect_the_concurrency_bound(smollm2_server: LocalServer) -> None:
     backend = backend_for(smollm2_server, max_concurrency=2)
     prompts = [[{"role": "user", "content": f"Count to {n}."}] for n in range(6)]
@@ -50,6 +52,7 @@ def test_async_requests_respect_the_concurrency_bound(smollm2_server: LocalServe
     assert backend.usage.requests == 6 and backend.in_flight == 0
 
 
+@pytest.mark.slow
 def test_batched_generate_respects_the_bound(smollm2_server: LocalServer) -> None:
     backend = backend_for(smollm2_server, max_concurrency=3)
     prompts = [[{"role": "user", "content": f"Name color number {n}."}] for n in range(7)]
@@ -59,6 +62,7 @@ def test_batched_generate_respects_the_bound(smollm2_server: LocalServer) -> Non
     assert backend.usage.prompt_tokens == sum(c.prompt_tokens for c in completions)
 
 
+@pytest.mark.slow
 def test_timeout_is_a_backend_error(smollm2_server: LocalServer) -> None:
     backend = backend_for(smollm2_server, timeout=0.2, max_retries=1)
     with pytest.raises(BackendError, match=r"timed out after 0\.2s"):
@@ -66,6 +70,7 @@ def test_timeout_is_a_backend_error(smollm2_server: LocalServer) -> None:
     assert backend.attempts == 2 and backend.usage.failures == 1
 
 
+@pytest.mark.slow
 def test_client_error_is_not_retried(smollm2_server: LocalServer) -> None:
     backend = OpenAIBackend("not-the-served-model", smollm2_server.url, max_retries=3)
     with pytest.raises(BackendError, match="HTTP 4"):
@@ -80,6 +85,7 @@ def test_unreachable_endpoint_retries_then_fails() -> None:
     assert backend.attempts == 3
 
 
+@pytest.mark.slow
 def test_async_failures_name_their_cause(smollm2_server: LocalServer) -> None:
     """The aiohttp transport reports a refused connection as unreachable and a slow answer as a timeout."""
     refused = OpenAIBackend("m", f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
@@ -92,6 +98,7 @@ def test_async_failures_name_their_cause(smollm2_server: LocalServer) -> None:
     assert slow.attempts == 2 and slow.in_flight == 0
 
 
+@pytest.mark.slow
 def test_each_event_loop_closes_its_connections(smollm2_server: LocalServer, caplog: pytest.LogCaptureFixture) -> None:
     backend = backend_for(smollm2_server)
     for _ in range(2):  # two event loops, an aiohttp session each
@@ -101,6 +108,7 @@ def test_each_event_loop_closes_its_connections(smollm2_server: LocalServer, cap
     assert not [r.getMessage() for r in caplog.records if "Unclosed" in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_retry_survives_a_killed_server(tiny_qwen2: str, tmp_path: Path) -> None:
     port = free_port()
     first = LocalServer("tiny-qwen2", port=port, engine="transformers", log=tmp_path / "first.log").start()
@@ -120,6 +128,7 @@ def test_retry_survives_a_killed_server(tiny_qwen2: str, tmp_path: Path) -> None
     assert backend.usage.requests == 2 and backend.usage.failures == 0
 
 
+@pytest.mark.slow
 def test_chat_cli_through_endpoint(smollm2_server: LocalServer, memrl_cli: MemrlCLI) -> None:
     question = "What is the capital of France? Answer in one word."
     out = memrl_cli(
@@ -128,6 +137,7 @@ def test_chat_cli_through_endpoint(smollm2_server: LocalServer, memrl_cli: Memrl
     assert '"requests": 1' in out.stdout and "paris" in out.stdout.lower()
 
 
+@pytest.mark.slow
 def test_serve_cli_starts_answers_and_stops_on_ctrl_c(tiny_qwen2: str) -> None:
     port = free_port()
     proc = subprocess.Popen(
@@ -150,6 +160,7 @@ def test_serve_cli_starts_answers_and_stops_on_ctrl_c(tiny_qwen2: str) -> None:
             proc.kill()
 
 
+@pytest.mark.slow
 def test_server_dies_with_the_process_that_started_it(tiny_qwen2: str, tmp_path: Path) -> None:
     """A memrl run killed with SIGKILL must not leave its model server eating the CPU."""
     script = tmp_path / "start_and_die.py"

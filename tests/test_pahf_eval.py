@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import MemrlCLI
 
 DATA = Path(__file__).parent / "fixtures" / "pahf"
@@ -33,6 +34,7 @@ def _check(metrics: dict[str, Any]) -> None:
     assert set(metrics["failures"]) == {"decision", "summary", "salience", "note", "merge"}
 
 
+@pytest.mark.slow
 def test_tiny_model_runs_all_phases_and_resumes(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "run"
     base = ["eval", "pahf", "--domain", "shopping", "--agent", "pahf", "--memory", "sqlite", "--users", "2",
@@ -71,6 +73,7 @@ def test_tiny_model_runs_all_phases_and_resumes(tmp_path: Path, memrl_cli: Memrl
     assert other.returncode == 2 and "holds a run with different tau" in other.stderr
 
 
+@pytest.mark.slow
 def test_default_model_path_with_faiss(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """The embedded smollm2 (the default --model), served once, one user and one scenario per phase."""
     out = tmp_path / "smol"
@@ -89,6 +92,7 @@ def test_default_model_path_with_faiss(tmp_path: Path, memrl_cli: MemrlCLI) -> N
     assert (out / "memory" / "Mira.faiss").is_dir()
 
 
+@pytest.mark.slow
 def test_embodied_domain_with_the_llm_user(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """Embodied, all 4 phases (set A learns, set B tests), post-action corrections from the persona LLM."""
     out = tmp_path / "emb"
@@ -122,6 +126,7 @@ def test_bad_inputs_fail_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> Non
     assert agent.returncode == 2 and "agent" in agent.stderr
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_fails_its_tasks_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """Every task's endpoint fails after the client's retries: each is logged as failed and the run says why."""
     import socket

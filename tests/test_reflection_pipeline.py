@@ -10,6 +10,7 @@ import pytest
 from conftest import MemrlCLI
 
 
+@pytest.mark.slow
 def test_smoke_runs_every_stage_and_reports(smoke_run: Path) -> None:
     report = json.loads((smoke_run / "report.json").read_text())
     assert list(report["mean_reward"]) == ["base", "sft", "grpo"]
@@ -26,6 +27,7 @@ def test_smoke_runs_every_stage_and_reports(smoke_run: Path) -> None:
     assert info["adapter"] and info["trainer"] == "trl-grpo" and info["steps"] == 2
 
 
+@pytest.mark.slow
 def test_export_is_a_standalone_model_with_a_card(smoke_run: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -38,6 +40,7 @@ def test_export_is_a_standalone_model_with_a_card(smoke_run: Path) -> None:
     assert "base_model: tiny-qwen2" in card and "quickstart/grpo" in card  # eval numbers landed in the card
 
 
+@pytest.mark.slow
 def test_export_merge_matches_base_plus_adapter(smoke_run: Path, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     import torch
     from peft import PeftModel
@@ -57,6 +60,7 @@ def test_export_merge_matches_base_plus_adapter(smoke_run: Path, tmp_path: Path,
         assert torch.allclose(reference(ids).logits, merged(ids).logits, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_stages(smoke_run: Path, memrl_cli: MemrlCLI) -> None:
     before = (smoke_run / "grpo" / "final" / "memrl_checkpoint.json").stat().st_mtime
     result = memrl_cli(
@@ -67,6 +71,7 @@ def test_rerun_skips_finished_stages(smoke_run: Path, memrl_cli: MemrlCLI) -> No
     assert (smoke_run / "grpo" / "final" / "memrl_checkpoint.json").stat().st_mtime == before
 
 
+@pytest.mark.slow
 def test_eval_reflector_cli_resumes_and_scores(smoke_run: Path, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "eval"
     args = ("eval", "reflector", "--model", str(smoke_run / "export"), "--data", str(smoke_run / "data"))
@@ -96,6 +101,7 @@ def test_eval_reflector_missing_data_is_one_line(tmp_path: Path, memrl_cli: Memr
     assert result.stderr.strip().count("\n") == 0 and "does not exist" in result.stderr
 
 
+@pytest.mark.slow
 def test_online_check_compares_collab_runs_with_each_reflector(
     smoke_run: Path, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:
@@ -116,6 +122,7 @@ def test_online_check_compares_collab_runs_with_each_reflector(
     assert [d["session"] for d in deltas] == [0, 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["reflector-qwen2.5-7b", "reflector-llama3.1-8b"])
 def test_table5_recipes_resolve_and_dry_run_prints_verl_commands(
     recipe: str, tmp_path: Path, memrl_cli: MemrlCLI
@@ -159,6 +166,7 @@ def test_dry_run_refuses_an_unknown_verl_override(tmp_path: Path, memrl_cli: Mem
     assert last.startswith("memrl: error: ") and "did you mean 'actor_rollout_ref.actor.optim.lr'" in last
 
 
+@pytest.mark.slow
 def test_full_fine_tuning_saves_a_whole_model(smoke_run: Path, tmp_path: Path) -> None:
     """`lora: null` trains every weight; `final/` is then a full model, not an adapter."""
     from memrl.core.checkpoints import is_adapter, read_info
@@ -178,6 +186,7 @@ def test_full_fine_tuning_saves_a_whole_model(smoke_run: Path, tmp_path: Path) -
     assert info is not None and info.steps == 1 and not info.adapter and info.base == "tiny-qwen2"
 
 
+@pytest.mark.slow
 def test_eval_reflector_with_an_llm_judge_behind_an_endpoint(
     smoke_run: Path, smollm2_server: Any, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:

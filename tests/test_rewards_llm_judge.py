@@ -59,6 +59,7 @@ def test_prompt_carries_the_inputs_and_the_contract() -> None:
     assert "Reference notes" not in judge_messages(JudgeItem(NOTES, GroundTruth(("x",))))[-1]["content"]
 
 
+@pytest.mark.slow
 def test_malformed_after_retries_is_none_counted_and_bounded(smollm2_server: LocalServer, tmp_path: Path) -> None:
     # One token can never be a JSON verdict: every attempt is malformed. few_shot off keeps the prompt short.
     one_token = SamplingParams(temperature=0, max_tokens=1)
@@ -79,6 +80,7 @@ def test_malformed_after_retries_is_none_counted_and_bounded(smollm2_server: Loc
     assert judge.cache is not None and len(judge.cache) == 0  # failures are not cached
 
 
+@pytest.mark.slow
 def test_cache_makes_the_second_call_skip_the_server(smollm2_server: LocalServer, tmp_path: Path) -> None:
     sampling = SamplingParams(temperature=0, max_tokens=24)
     first = judge_for(smollm2_server, tmp_path, sampling=sampling, retries=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import MemrlCLI
 
@@ -13,6 +14,7 @@ def rows(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_generate_on_smollm2(smollm2: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     result = memrl_cli("run", "generate", f"output_dir={tmp_path}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -23,6 +25,7 @@ def test_generate_on_smollm2(smollm2: str, tmp_path: Path, memrl_cli: MemrlCLI) 
     assert saved["models"]["policy"]["model"] == "smollm2-135m-instruct"
 
 
+@pytest.mark.slow
 def test_rerun_resumes_without_duplicates(tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(5)))

@@ -42,20 +42,18 @@ def test_a_stage_may_only_name_an_earlier_stage() -> None:
         Recipe.model_validate({"name": "x", "stages": stages})
 
 
-@pytest.mark.parametrize("recipe", ["tod", "pahf", "quickstart", "judger-minilm-cpu", "reflector-qwen2.5-7b"])
-def test_every_bundled_flow_plans_a_dry_run(recipe: str, memrl_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    result = memrl_cli("run", recipe, "--dry-run", f"output_dir={tmp_path / 'run'}", cwd=tmp_path, timeout=300)
+@pytest.mark.parametrize("recipe", ["tod", "pahf"])
+def test_the_flow_recipes_plan_every_stage_wired_to_the_one_before(recipe: str, memrl_cli, tmp_path: Path) -> None:
+    result = memrl_cli("run", recipe, "--dry-run", f"output_dir={tmp_path}", cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    loaded = load_recipe(recipe)
-    for name, stage in loaded.recipe.stages.items():
-        assert f"stage {name} ({stage.kind})" in result.stdout + result.stderr
-
-
-def test_the_tod_flow_wires_each_stage_to_the_one_before(memrl_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    result = memrl_cli("run", "tod", "--dry-run", f"output_dir={tmp_path}", cwd=tmp_path, timeout=300)
     out = result.stdout + result.stderr
-    assert f"memrl data judger --out {tmp_path / 'pairs'} (tod_dir={tmp_path / 'mstod'}" in out
-    assert f"judger={tmp_path / 'judger'}" in out and f"split_from={tmp_path / 'pairs'}" in out
+    for name, stage in load_recipe(recipe).recipe.stages.items():
+        assert f"stage {name} ({stage.kind})" in out
+    if recipe == "tod":
+        assert f"memrl data judger --out {tmp_path / 'pairs'} (tod_dir={tmp_path / 'mstod'}" in out
+        assert f"judger={tmp_path / 'judger'}" in out and f"split_from={tmp_path / 'pairs'}" in out
+    else:
+        assert f"memrl data pahf --out {tmp_path / 'writer'} (run={tmp_path / 'eval'}" in out
 
 
 def _flags(command: typing.Callable[..., None]) -> dict[str, str]:
@@ -66,7 +64,7 @@ def _flags(command: typing.Callable[..., None]) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("action", [collab.EVAL_COLLAB, tod.EVAL_TOD, pahf.EVAL_PAHF, tod.TOD_DATA, tod.JUDGER_DATA])
-def test_generated_flags_are_the_config_fields_with_their_descriptions(action) -> None:  # type: ignore[no-untyped-def]
+def test_generated_flags_are_the_config_fields_with_their_descriptions(action) -> None:
     flags = _flags(config_command(action))
     sections = {"sampling"}
     for field, info in action.config.model_fields.items():

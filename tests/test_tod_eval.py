@@ -60,6 +60,7 @@ def judger(judger_data: Path, tmp_path_factory: pytest.TempPathFactory, model_ca
     return train_judger(stage, "minilm", judger_data, TrainContext(out, "judger", 0, "none", "tod-eval"))
 
 
+@pytest.mark.slow
 def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "run"
     base = ["eval", "tod", "--data", str(DATA), "--reader", "template", "--judger", "none", "--retriever", "bm25",
@@ -100,6 +101,7 @@ def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: P
     assert "holds a run with different max_turns" in other.stderr
 
 
+@pytest.mark.slow
 def test_smollm2_reader_and_a_trained_judger_on_the_eval_split(
     judger: Path, judger_data: Path, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:
