@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from memrl.rollout.base import Message
+
+T = TypeVar("T")
 
 # What a policy returns: the reply's text, or the text and the annotations `step` takes with it.
 PolicyReply = str | tuple[str, Mapping[str, Any]]
@@ -55,15 +57,16 @@ class Episode(Protocol):
     def record(self) -> dict[str, Any]: ...
 
 
-def check_step(episode: object, unknown: Mapping[str, Any], *, started: bool, over: bool) -> None:
-    """What every `step` refuses: annotations the environment does not document, a step before `reset`, and a
-    step after the one that was done."""
+def check_step(episode: object, unknown: Mapping[str, Any], live: T | None, *, over: bool) -> T:
+    """What every `step` refuses: annotations the environment does not document, a step before `reset` (`live`,
+    what reset set up, is still None), and a step after the one that was done. Returns `live`."""
     if unknown:
         raise TypeError(f"{type(episode).__name__}.step takes no annotation {', '.join(sorted(unknown))}")
-    if not started:
+    if live is None:
         raise RuntimeError("reset the episode before stepping it")
     if over:
         raise RuntimeError("the episode is over: reset it to start again")
+    return live
 
 
 async def play(episode: Episode, policy: Policy) -> Step:

@@ -119,13 +119,13 @@ class CollabEpisode:
         retrieval_failed: bool = False,
         **unknown: Any,
     ) -> Step:
-        check_step(self, unknown, started=self._user is not None, over=self._record is not None)
+        user = check_step(self, unknown, self._user, over=self._record is not None)
         self._turns.append({"role": "assistant", "content": reply})
         self._log.append({"role": "assistant", "content": reply, "retrieved": retrieved})
         self._failures["agent"] += parse_failed
         self._failures["retrieval"] += retrieval_failed
         self._replies += 1
-        turn = await self._user.reply(self._turns)
+        turn = await user.reply(self._turns)
         view = _checker_view(self.spec, reply, turn)
         info: dict[str, Any] = {
             "enforce": turn.enforce,

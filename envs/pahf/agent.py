@@ -179,20 +179,20 @@ class PahfEpisode:
         return list(self._turns)
 
     async def step(self, reply: str, **unknown: Any) -> Step:
-        check_step(self, unknown, started=self._turns is not None, over=self._record is not None)
-        self._turns.append({"role": "assistant", "content": reply})
+        turns = check_step(self, unknown, self._turns, over=self._record is not None)
+        turns.append({"role": "assistant", "content": reply})
         decision = parse_decision(reply, "".join(self.task.options), self.may_ask and self._asked is None)
         if decision.action == prompts.ASK:
             answer = await self._user.answer(decision.question)
             self._asked = (decision.question, answer)
-            self._turns.append({"role": "user", "content": answer})
-            return Step(list(self._turns), info={"question": decision.question, "answer": answer})
+            turns.append({"role": "user", "content": answer})
+            return Step(list(turns), info={"question": decision.question, "answer": answer})
         correct = decision.action == self.task.gold
         feedback: str | None = None
         if self.wants_feedback and decision.action is not None and not correct:
             feedback = await self._user.feedback(decision.action)
             if feedback:
-                self._turns.append({"role": "user", "content": feedback})
+                turns.append({"role": "user", "content": feedback})
         asked: tuple[str | None, str | None] = self._asked or (None, None)
         info: dict[str, Any] = {
             "choice": decision.action,
@@ -202,7 +202,7 @@ class PahfEpisode:
             "unusable": decision.raw[:RAW_KEPT] if decision.action is None else None,
         }
         self._record = {"user": self.task.user, "gold": self.task.gold, "question": asked[0], "answer": asked[1]} | info
-        return Step(list(self._turns), {"correct": float(correct)}, True, dict(info))
+        return Step(list(turns), {"correct": float(correct)}, True, dict(info))
 
     def record(self) -> dict[str, Any]:
         """The task's side of the task record: the question asked and answered, the action, the feedback."""

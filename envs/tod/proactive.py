@@ -186,7 +186,7 @@ class ProactiveEpisode:
     async def step(
         self, reply: str, *, slots: Mapping[str, str] | None = None, parse_failed: bool = False, **unknown: Any
     ) -> Step:
-        check_step(self, unknown, started=self._started, over=self._outcome is not None)
+        check_step(self, unknown, self._started or None, over=self._outcome is not None)
         said = Reply(reply, dict(slots or {}), parse_failed)
         self._failures["reader"] += parse_failed
         self._turns.append(Turn(speaker="assistant", utterance=said.text, slots=said.slots))
