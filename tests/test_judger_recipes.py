@@ -12,7 +12,7 @@ from conftest import MemrlCLI
 from rich.console import Console
 
 from memrl.app.recipe import load_recipe
-from memrl.app.stages.judger import EvalJudgerStage
+from memrl.app.stages.registry import KINDS
 from memrl.app.stages.runner import run_recipe
 from memrl.core.errors import ConfigError
 from memrl.train.config import ClusterConfig, JudgerStage
@@ -24,11 +24,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def test_both_recipes_resolve() -> None:
     cpu = load_recipe("judger-minilm-cpu", ["data=J"]).recipe
     judger, evaluation = cpu.stages["judger"], cpu.stages["eval"]
-    assert isinstance(judger, JudgerStage) and isinstance(evaluation, EvalJudgerStage)
+    assert isinstance(judger, JudgerStage) and isinstance(evaluation, KINDS["eval_judger"].config)
     assert (cpu.data, judger.head, judger.lora, judger.pos_weight, judger.distributed) == (
         "J", "cross_encoder", None, "auto", False
     )  # fmt: skip
-    assert cpu.models["judger"].model == "all-minilm-l6-v2" and evaluation.judger == "judger"
+    assert cpu.models["judger"].model == "all-minilm-l6-v2" and str(evaluation.judger) == "judger"
     smoke = load_recipe("judger-minilm-cpu", smoke=True).recipe.stages["judger"]
     assert isinstance(smoke, JudgerStage) and smoke.max_steps == 3
 

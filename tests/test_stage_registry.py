@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 from typer.main import get_command
 
-from memrl.app.actions import collab, pahf, tod
+from memrl.app.actions import collab, judger, pahf, tod
 from memrl.app.cli.from_config import config_command
 from memrl.app.cli.main import app
 from memrl.app.config import Recipe
@@ -63,7 +63,9 @@ def _flags(command: typing.Callable[..., None]) -> dict[str, str]:
     return {opt: param.help or "" for param in click_command.params for opt in param.opts}
 
 
-@pytest.mark.parametrize("action", [collab.EVAL_COLLAB, tod.EVAL_TOD, pahf.EVAL_PAHF, tod.TOD_DATA, tod.JUDGER_DATA])
+@pytest.mark.parametrize(
+    "action", [collab.EVAL_COLLAB, tod.EVAL_TOD, pahf.EVAL_PAHF, tod.TOD_DATA, tod.JUDGER_DATA, judger.EVAL_JUDGER]
+)
 def test_generated_flags_are_the_config_fields_with_their_descriptions(action) -> None:
     flags = _flags(config_command(action))
     sections = {"sampling"}
@@ -86,6 +88,7 @@ def test_a_field_added_to_a_config_becomes_a_flag_and_a_recipe_key(tmp_path: Pat
     class Toy(StrictModel):
         size: int = Field(default=3, description="how many")
         label: str = Field(description="a required label")
+        ks: list[int] = Field(default_factory=lambda: [1], description="repeatable")
 
     seen: list[Toy] = []
 
@@ -101,8 +104,14 @@ def test_a_field_added_to_a_config_becomes_a_flag_and_a_recipe_key(tmp_path: Pat
     result = CliRunner().invoke(probe, ["--label", "x", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"size": 3}
-    result = CliRunner().invoke(probe, ["--label", "x", "--size", "5", "--out", str(tmp_path)])
-    assert seen[-1] == Toy(size=5, label="x")
+    assert seen[-1] == Toy(size=3, label="x", ks=[1])  # unset flags keep the model's defaults
+    result = CliRunner().invoke(
+        probe, ["--label", "x", "--size", "5", "--ks", "2", "--ks", "3", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen[-1] == Toy(size=5, label="x", ks=[2, 3])
+    result = CliRunner().invoke(probe, ["--label", "x", "--size", "many", "--out", str(tmp_path)])
+    assert result.exit_code != 0
 
 
 def test_every_eval_and_data_command_keeps_its_name() -> None:

@@ -4,12 +4,10 @@ and the spellings the commands have always had (`--judger none`, `--top-units 0`
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel
 
-from memrl.app.actions import collab, pahf, tod
-from memrl.app.cli.from_config import Flag, Spec, client_flags, config_command, nested_flag
+from memrl.app.actions import collab, judger, pahf, tod
+from memrl.app.cli.from_config import Flag, Spec, client_flags, config_command, in_flight, nested_flag
 from memrl.rollout.config import model_from_spec
 
 
@@ -26,7 +24,7 @@ def _reader(spec: Spec, value: str, model: type[BaseModel]) -> None:
     if value == "template":
         spec["reader"] = "template"
     else:
-        spec["reader"], spec["reader_model"] = "llm", model_from_spec(value, spec.get("max_in_flight", 32))
+        spec["reader"], spec["reader_model"] = "llm", model_from_spec(value, in_flight(spec, model))
 
 
 eval_collab = config_command(
@@ -57,8 +55,15 @@ eval_pahf = config_command(
     ],
 )
 
+eval_judger = config_command(
+    judger.EVAL_JUDGER,
+    skip=["judger", "top_units"],
+    flags=[
+        Flag("model", str, "a trained judger (stage folder or its final/), or `none` for retrieval alone", _judger),
+        Flag("top_units", int, "memory units kept by intent alignment (0: all; default 3)", _top_units),
+    ],
+)
+
 data_tod = config_command(tod.TOD_DATA)
 data_judger = config_command(tod.JUDGER_DATA, rename={"schema_file": "schema"})
 data_pahf = config_command(pahf.PAHF_DATA)
-
-__all__: list[Any] = ["data_judger", "data_pahf", "data_tod", "eval_collab", "eval_pahf", "eval_tod"]

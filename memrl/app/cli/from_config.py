@@ -29,10 +29,10 @@ from rich.console import Console
 from memrl.app.actions import Action
 from memrl.core.errors import ConfigError
 from memrl.core.validation import describe_error
-from memrl.rollout.config import HFModelConfig, OpenAIModelConfig, model_from_spec
+from memrl.rollout.config import HFModelConfig, OpenAIModelConfig, VLLMModelConfig, model_from_spec
 
 MODEL_HELP = "NAME (served locally) or NAME@URL (an OpenAI-compatible endpoint)"
-ROLE_TYPES = (HFModelConfig, OpenAIModelConfig)
+ROLE_TYPES = (HFModelConfig, OpenAIModelConfig, VLLMModelConfig)
 
 Spec = dict[str, Any]
 
@@ -62,17 +62,22 @@ def set_nested(spec: Spec, model: type[BaseModel], path: str, value: Any) -> Non
     set_nested(spec[head], sub, rest, value)
 
 
-def _strip(annotation: Any) -> tuple[Any, bool]:
-    """(the plain type, whether None is allowed): Annotated metadata and Optional removed."""
+def in_flight(spec: Spec, model: type[BaseModel]) -> int:
+    """The requests in flight the run will allow: an endpoint given as NAME@URL gets that concurrency."""
+    info = model.model_fields.get("max_in_flight")
+    return int(spec.get("max_in_flight", info.default if info is not None else 32))
+
+
+def _strip(annotation: Any) -> Any:
+    """The plain type: Annotated metadata and Optional removed (every flag is optional: unset keeps the default)."""
     while typing.get_origin(annotation) is Annotated:
         annotation = typing.get_args(annotation)[0]
     if typing.get_origin(annotation) in (Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        optional = len(args) < len(typing.get_args(annotation))
-        if len(args) == 1:
-            return _strip(args[0])[0], optional
-        return Union[tuple(args)], optional  # noqa: UP007
-    return annotation, False
+        return _strip(args[0]) if len(args) == 1 else Union[tuple(args)]  # noqa: UP007
+    if typing.get_origin(annotation) is list:  # a repeatable flag: `--ks 1 --ks 5`
+        return list[_strip(typing.get_args(annotation)[0])]  # type: ignore[misc]
+    return annotation
 
 
 def _is_role(plain: Any) -> bool:
@@ -98,7 +103,7 @@ def _shown_default(info: FieldInfo) -> str | bool:
         return False
     if isinstance(default, enum.Enum):
         return str(default.value)
-    if isinstance(default, HFModelConfig | OpenAIModelConfig):
+    if isinstance(default, ROLE_TYPES):
         return default.model
     return str(default)
 
@@ -126,7 +131,7 @@ def config_command(
     fields: dict[str, str] = {}  # flag name -> field
     roles: set[str] = set()
     for field, info in model.model_fields.items():
-        plain, _ = _strip(info.annotation)
+        plain = _strip(info.annotation)
         if field in skip or (_is_section(plain) and not _is_role(plain)):
             continue
         name = rename.get(field, field)
@@ -146,9 +151,10 @@ def config_command(
     console = Console(stderr=True)
 
     def command(**values: Any) -> None:
-        spec: Spec = {fields[n]: v for n, v in values.items() if n in fields and v is not None}
-        in_flight = spec.get("max_in_flight", 32)
-        spec |= {field: model_from_spec(spec[field], in_flight) for field in roles & spec.keys()}
+        given = {n: v for n, v in values.items() if v is not None and v != [] and v != ()}  # unset repeatables: empty
+        spec: Spec = {fields[n]: list(v) if isinstance(v, tuple) else v for n, v in given.items() if n in fields}
+        concurrency = in_flight(spec, model)
+        spec |= {field: model_from_spec(spec[field], concurrency) for field in roles & spec.keys()}
         for flag in flags:
             if values[flag.name] is not None:
                 flag.apply(spec, values[flag.name], model)

@@ -15,7 +15,6 @@ from rich.table import Table
 from memrl.app.cli import commands
 from memrl.app.cli.collab import collab_app
 from memrl.app.cli.data import data_app
-from memrl.app.cli.judger import eval_judger
 from memrl.app.cli.pahf import pahf_app
 from memrl.app.cli.reflector import eval_reflector, export
 from memrl.app.cli.reward import reward_app
@@ -41,7 +40,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(reward_app, name="reward")
 eval_app.command("collab")(commands.eval_collab)
 eval_app.command("reflector")(eval_reflector)
-eval_app.command("judger")(eval_judger)
+eval_app.command("judger")(commands.eval_judger)
 eval_app.command("tod")(commands.eval_tod)
 eval_app.command("pahf")(commands.eval_pahf)
 

@@ -8,15 +8,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, create_model
 
-from memrl.app.actions import Action, collab, pahf, tod
+from memrl.app.actions import Action, collab, judger, pahf, tod
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind, as_is, on_the_cluster
 
 
 def _config(action: Action[Any], stage: BaseModel, ctx: RunContext) -> Any:
-    """The action's config from the stage: earlier stages named by their output folder, the recipe's seed unless
-    the stage sets its own."""
+    """The action's config from the stage: earlier stages named by their output folder, the recipe's `data` and
+    seed unless the stage sets its own."""
     values = stage.model_dump(exclude={"kind"})
+    if "data" in action.refs and values.get("data") is None and ctx.recipe.data is not None:
+        values["data"] = ctx.recipe.data  # what `memrl run R data=DIR` is for
     for key in action.refs:
         if values.get(key) is not None and str(values[key]) in ctx.recipe.stages:
             values[key] = ctx.stage_dir(str(values[key]))
@@ -56,6 +58,7 @@ def action_stage(kind: str, action: Action[Any]) -> StageKind[Any]:
 
 
 EVAL_COLLAB = action_stage("eval_collab", collab.EVAL_COLLAB)
+EVAL_JUDGER = action_stage("eval_judger", judger.EVAL_JUDGER)
 EVAL_TOD = action_stage("eval_tod", tod.EVAL_TOD)
 EVAL_PAHF = action_stage("eval_pahf", pahf.EVAL_PAHF)
 TOD_DATA = action_stage("tod_data", tod.TOD_DATA)

@@ -1,18 +1,13 @@
-"""The memory judger's stages: `judger` (train with BCE, in-process or under torchrun) and `eval_judger`."""
+"""The `judger` stage: train the memory judger with BCE, in-process or under torchrun (`eval_judger`: an action)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Annotated, Literal
-
-from pydantic import Field, PositiveInt
 
 from memrl.app.context import RESOLVED_NAME, RunContext
 from memrl.app.stages.base import StageKind
 from memrl.core.errors import ConfigError, MemrlError
-from memrl.core.schema import StrictModel
 from memrl.train.config import JudgerStage
 from memrl.train.trl_common import is_finished
 
@@ -94,62 +89,3 @@ def plan_judger(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
 
 
 JUDGER = StageKind(JudgerStage, run_judger, plan_judger, refs=("data",))
-
-
-# ---- eval_judger --------------------------------------------------------------------------------------------------
-
-
-class EvalJudgerStage(StrictModel):
-    """Recall@k of the gold memories on the eval split: retrieval alone, the judger alone, fused across alpha; AUC."""
-
-    kind: Literal["eval_judger"]
-    judger: str | None = Field(
-        default=None, description="a judger stage of this recipe or a trained judger folder; null: retrieval only"
-    )
-    data: str | None = Field(
-        default=None, description="judger data folder (its eval/ split) or a stage of this recipe; default: `data`"
-    )
-    retriever: Literal["dense", "bm25", "hybrid"] = "dense"
-    top_units: PositiveInt | None = Field(default=3, description="memory units kept by intent alignment; null: all")
-    alpha: float = Field(default=0.5, ge=0, le=1, description="fused = alpha * retrieval + (1 - alpha) * judger")
-    alphas: list[Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
-    ks: list[PositiveInt] = Field(default_factory=lambda: [1, 3, 5], min_length=1)
-    batch_size: PositiveInt = 32
-    max_queries: PositiveInt | None = Field(default=None, description="only the first N queries (smoke runs)")
-
-
-def run_eval_judger(stage: EvalJudgerStage, ctx: RunContext, name: str) -> None:
-    from memrl.train.judger.data import require_pairs
-    from memrl.train.judger.evaluate import evaluate_judger
-
-    out, data = ctx.stage_dir(name), data_ref(stage.data, ctx, name)
-    judger = str(ctx.artifact(stage.judger)) if stage.judger is not None else None
-    metrics = evaluate_judger(
-        judger,
-        require_pairs(data, "eval"),
-        out,
-        retriever=stage.retriever,
-        alpha=stage.alpha,
-        top_units=stage.top_units,
-        alphas=stage.alphas,
-        ks=stage.ks,
-        batch_size=stage.batch_size,
-        max_queries=stage.max_queries,
-        console=ctx.console,
-    )
-    shown = {k: metrics[k] for k in metrics if k.startswith(("recall@", "retrieval_recall@")) or k == "auc"}
-    ctx.console.print(f"{name}: {json.dumps(shown)}", highlight=False)
-    ctx.console.print(f"{name}: metrics {out / 'metrics.json'}")
-
-
-def plan_eval_judger(stage: EvalJudgerStage, ctx: RunContext, name: str) -> list[str]:
-    out, data = ctx.stage_dir(name), data_ref(stage.data, ctx, name)
-    judger = str(ctx.artifact(stage.judger)) if stage.judger is not None else None
-    top = stage.top_units if stage.top_units is not None else 0
-    return [
-        f"memrl eval judger --model {judger or 'none'} --data {data / 'eval'} --out {out} "
-        f"--retriever {stage.retriever} --alpha {stage.alpha} --top-units {top}"
-    ]
-
-
-EVAL_JUDGER = StageKind(EvalJudgerStage, run_eval_judger, plan_eval_judger, refs=("judger", "data"))

@@ -20,7 +20,7 @@ KINDS: dict[str, StageKind[Any]] = {
         reflection.EXPORT,
         reflection.EVAL_REFLECTOR,
         judger.JUDGER,
-        judger.EVAL_JUDGER,
+        actions.EVAL_JUDGER,
         actions.EVAL_COLLAB,
         actions.TOD_DATA,
         actions.JUDGER_DATA,
