@@ -209,9 +209,9 @@ def test_cross_encoder_learns(minilm_judger: Path, pairs: Path) -> None:
 
 # ---- evaluation -----------------------------------------------------------------------------------------------
 
-KEYS = {"recall@1", "recall@3", "recall@5", "retrieval_recall@1", "retrieval_recall@3", "retrieval_recall@5",
-        "judger_recall@1", "judger_recall@3", "judger_recall@5", "auc", "alpha_sweep", "queries", "pairs",
-        "positives"}  # fmt: skip
+RECALLS = {f"{measure}@{k}" for measure in ("recall", "pair_recall") for k in (1, 3, 5)}
+KEYS = {*RECALLS, *(f"{ranking}_{name}" for ranking in ("retrieval", "judger", "ceiling") for name in RECALLS),
+        "auc", "alpha_sweep", "queries", "pairs", "positives"}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -233,8 +233,14 @@ def test_eval_judger_cli_writes_every_metric_and_resumes(minilm_judger: Path, pa
     assert printed == metrics and set(metrics) >= KEYS
     assert (metrics["queries"], metrics["pairs"], metrics["top_units"]) == (8, 8 * 12, 2)
     assert list(metrics["alpha_sweep"]) == ["0.0", "0.25", "0.5", "0.75", "1.0"]
+    assert set(metrics["alpha_sweep"]["0.5"]) == RECALLS
     assert metrics["alpha_sweep"]["1.0"]["recall@5"] == metrics["retrieval_recall@5"]
     assert metrics["alpha_sweep"]["0.0"]["recall@1"] == metrics["judger_recall@1"]
+    assert metrics["alpha_sweep"]["0.0"]["pair_recall@3"] == metrics["judger_pair_recall@3"]
+    for k in (1, 3, 5):  # no ranking beats the ceiling
+        for ranking in ("", "retrieval_", "judger_"):
+            assert metrics[f"{ranking}recall@{k}"] <= metrics[f"ceiling_recall@{k}"]
+            assert metrics[f"{ranking}pair_recall@{k}"] <= metrics[f"ceiling_pair_recall@{k}"]
     assert all(0.0 <= metrics[k] <= 1.0 for k in KEYS - {"alpha_sweep", "queries", "pairs", "positives"})
 
     # A killed run resumes: keep half of the scores, rerun, and every pair is scored exactly once.
@@ -252,7 +258,9 @@ def test_eval_without_a_judger_is_retrieval_only(pairs: Path, tmp_path: Path) ->
 
     metrics = evaluate_judger(None, pairs / "eval" / "pairs.jsonl", tmp_path, retriever="bm25", top_units=None)
     assert metrics["recall@5"] == metrics["retrieval_recall@5"]
+    assert metrics["pair_recall@5"] == metrics["retrieval_pair_recall@5"]
     assert metrics["auc"] is None and metrics["judger_recall@1"] is None and metrics["alpha_sweep"] is None
+    assert metrics["judger_pair_recall@1"] is None and 0.0 < metrics["ceiling_recall@1"] <= 1.0
     assert not (tmp_path / "scores.jsonl").exists()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,16 @@ from memrl.envs.pahf.embodied import embodied_feedback, embodied_task
 from memrl.envs.pahf.formats import (
     PahfDataError,
     ShoppingData,
+    ShoppingScenario,
     load_embodied,
     load_embodied_dir,
     load_persona_tables,
+    load_personas,
     load_shopping_dir,
     load_shopping_phase,
+    read_literal_module,
 )
-from memrl.envs.pahf.shopping import acceptable, feature_status, gold, rule_feedback
+from memrl.envs.pahf.shopping import acceptable, changed_values, feature_status, gold, rule_feedback
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pahf"
 SHOP = FIXTURES / "shopping"
@@ -125,7 +129,8 @@ CASES = [
     # after the drift: right under the old table, wrong now
     ("upd", "phase3.json:0", "A", "minimal", "orig", False, "drift", ["preferences have changed", "gooseneck arm"], []),
     ("upd", "phase3.json:0", "A", "detailed", "orig", False, "drift", ["changed", "clamp mount"], ["LED panel"]),
-    ("upd", "phase3.json:5", "D", "detailed", "orig", False, "drift", ["changed", "option A"], []),
+    # buying nothing has no feature that could have drifted, even where nothing fit under the old table
+    ("upd", "phase3.json:5", "D", "detailed", "orig", False, "buy_nothing_but_fit", ["option A"], ["changed"]),
     ("upd", "phase3.json:4", "A", "minimal", "orig", False, "drift", ["changed", "cast iron"], []),
     # without the old table there is no drift message; a choice wrong under both tables is no drift either
     ("upd", "phase3.json:0", "A", "minimal", None, False, "disliked", ["gooseneck arm"], ["changed"]),
@@ -174,6 +179,71 @@ def test_drifted_needs_the_original_table(shop: ShoppingData) -> None:
         rule_feedback(shop.evolved["Mira"], shop.phases[3][0], "A", drifted=True)
     out = rule_feedback(shop.evolved["Mira"], shop.phases[3][0], "A", drifted=True, original=shop.original["Mira"])
     assert out.kind == "drift"
+
+
+# Hand-built Mira desk-lamp rows that tell the harness's drift rule (acceptable under the old table AND a value once
+# liked is now disliked) from "the choice was the old answer". Mira's arm design drifts: gooseneck arm goes from liked
+# most to disliked, telescoping pole from disliked to liked second, clamp mount becomes the favourite.
+LAMP = "desk lamp"
+DRIFT_ROWS = {
+    # B is acceptable under the old table and has the now-disliked gooseneck arm, but the old answer was A
+    "acceptable_then": {
+        "A": ["LED panel", "gooseneck arm", "touch dimmer"],
+        "B": ["halogen bulb", "gooseneck arm", "rocker switch"],
+        "C": ["halogen bulb", "clamp mount", "rocker switch"],
+    },
+    # A was the old answer (a tie on like-most values, earliest label) but nothing in it drifted: B wins now
+    "old_answer": {
+        "A": ["halogen bulb", "spring-balanced arm", "rocker switch"],
+        "B": ["OLED strip", "clamp mount", "rotary dimmer"],
+    },
+    # nothing fitted under the old table (D was the old answer); the telescoping pole is acceptable now
+    "old_nothing": {"A": ["LED panel", "telescoping pole", "touch dimmer"]},
+}
+
+
+def _lamp_row(options: dict[str, list[str]]) -> ShoppingScenario:
+    return ShoppingScenario.model_validate(
+        {"product": LAMP, "options": options, "user": "Mira", "task": "a lamp for me", "gt": None}
+    )
+
+
+@pytest.mark.parametrize(
+    ("row", "choice", "old_gold", "new_gold", "kind"),
+    [
+        ("acceptable_then", "B", "A", "C", "drift"),
+        ("acceptable_then", "A", "A", "C", "drift"),  # both rules agree here
+        ("old_answer", "A", "A", "B", "acceptable_not_preferred"),
+        ("old_nothing", "D", "D", "A", "buy_nothing_but_fit"),
+    ],
+)
+def test_drift_follows_the_harness_rule(
+    shop: ShoppingData, row: str, choice: str, old_gold: str, new_gold: str, kind: str
+) -> None:
+    scenario = _lamp_row(DRIFT_ROWS[row])
+    before, now = shop.original["Mira"], shop.evolved["Mira"]
+    assert (gold(before, scenario), gold(now, scenario)) == (old_gold, new_gold)
+    for style in ("minimal", "detailed"):
+        out = rule_feedback(now, scenario, choice, style, drifted=True, original=before)
+        assert (out.correct, out.kind) == (False, kind), out
+        assert ("preferences have changed" in out.message) == (kind == "drift"), out
+        # without the old table the verdict is the same and there is no drift message
+        plain = rule_feedback(now, scenario, choice, style)
+        assert plain.correct == out.correct and plain.kind != "drift"
+    if kind == "drift":
+        assert changed_values(before, now, scenario, choice) == ["gooseneck arm"]
+        detailed = rule_feedback(now, scenario, choice, "detailed", drifted=True, original=before)
+        assert "gooseneck arm" in detailed.message and "clamp mount" in detailed.message
+
+
+def test_drift_rule_through_the_cli(tmp_path: Path) -> None:
+    path = tmp_path / "row.json"
+    path.write_text(json.dumps(_lamp_row(DRIFT_ROWS["acceptable_then"]).to_record()))
+    args = ["--persona-table", UPDATED, "--scenario", path, "--choice", "B", "--original-table", ORIGINAL]
+    out = feedback(*args)
+    assert (out["correct"], out["kind"]) == (False, "drift") and "gooseneck arm" in out["message"]
+    path.write_text(json.dumps(_lamp_row(DRIFT_ROWS["old_answer"]).to_record()))
+    assert feedback(*args[:4], "--choice", "A", *args[6:])["kind"] == "acceptable_not_preferred"
 
 
 # --- bad input: one line, exit 2 ------------------------------------------------------------------------------------
@@ -241,6 +311,71 @@ def test_bad_embodied_file_names_the_field(tmp_path: Path) -> None:
     path.write_text(json.dumps({"index": 0}))
     with pytest.raises(PahfDataError, match="unknown format"):
         load_embodied(path)
+
+
+# --- embodied personas: the released .py modules, parsed and never run; JSON where there is no .py ----------------
+
+
+def _embodied_copy(tmp: Path) -> Path:
+    out = tmp / "embodied"
+    shutil.copytree(EMBODIED, out)
+    return out
+
+
+def test_embodied_personas_from_the_released_py_shape() -> None:
+    personas = EMBODIED / "personas"
+    assert sorted(p.name for p in personas.iterdir()) == ["evolved_persona.py", "original_persona.py"]
+    original = load_personas(personas / "original_persona.py")
+    assert set(original) == {"Rowan", "Juno"} and original["Rowan"].startswith("You are Rowan")
+    assert "\nbefore it acts" in original["Rowan"]  # the triple-quoted text, line breaks and all
+    module = read_literal_module(personas / "evolved_persona.py")
+    assert module["prompt_evolved_dict"] == {"Rowan": module["prompt_rowan"], "Juno": module["prompt_juno"]}
+
+
+def test_embodied_personas_from_json_and_py_first(tmp_path: Path) -> None:
+    d = _embodied_copy(tmp_path)
+    want = load_embodied_dir(d)
+    for stem in ("original_persona", "evolved_persona"):
+        prompts = load_personas(d / "personas" / f"{stem}.py")
+        (d / "personas" / f"{stem}.json").write_text(json.dumps({k: f"json: {v}" for k, v in prompts.items()}))
+    both = load_embodied_dir(d)  # the released .py wins when both are there
+    assert both.personas_original == want.personas_original and both.personas_evolved == want.personas_evolved
+    for stem in ("original_persona", "evolved_persona"):
+        (d / "personas" / f"{stem}.py").unlink()
+    only_json = load_embodied_dir(d)
+    assert only_json.personas_original == {k: f"json: {v}" for k, v in want.personas_original.items()}
+    (d / "personas" / "evolved_persona.json").unlink()
+    with pytest.raises(PahfDataError, match=r"evolved_persona\.py: file not found \(nor evolved_persona\.json"):
+        load_embodied_dir(d)
+
+
+@pytest.mark.parametrize(
+    ("source", "fragments"),
+    [
+        ('prompt_dict = {"Rowan": open(MARKER, "w").write("ran")}', ["line 1", "prompt_dict", "not a plain literal"]),
+        ('import os\nprompt_dict = {"Rowan": "hi"}', ["line 1", "found Import"]),
+        ('prompt_dict = {"Rowan": "hi"}\nopen(MARKER, "w")', ["line 2", "found Expr"]),
+        ('def f():\n    return "hi"\nprompt_dict = {"Rowan": f()}', ["line 1", "found FunctionDef"]),
+        ('prompt_dict = {"Rowan": f"{MARKER}"}', ["line 1", "not a plain literal"]),
+        ('prompt_dict = {"Rowan": prompt_rowan}', ["line 1", "not a plain literal"]),  # never bound
+        ('prompt_rowan = "hi"\nprompt_dict = {"Rowan": prompt_rowan.upper()}', ["line 2", "not a plain literal"]),
+        ('prompt_dict = {"Rowan": "hi"', ["line 1", "not valid Python"]),
+        ('prompt_list = ["hi"]', ["assigns no dict"]),
+        ('prompt_dict = {"Rowan": 3}', ["Rowan", "non-empty persona prompt"]),
+    ],
+)
+def test_a_persona_py_that_is_not_plain_literals_is_refused(tmp_path: Path, source: str, fragments: list[str]) -> None:
+    marker = tmp_path / "ran.txt"
+    d = _embodied_copy(tmp_path)
+    bad = d / "personas" / "original_persona.py"
+    bad.write_text(source.replace("MARKER", repr(str(marker))) + "\n")
+    with pytest.raises(PahfDataError) as caught:
+        load_embodied_dir(d)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{bad}:"), message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert not marker.exists()  # refused, not run
 
 
 # --- embodied options and gold --------------------------------------------------------------------------------------

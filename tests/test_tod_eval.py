@@ -11,7 +11,9 @@ import pytest
 from conftest import MemrlCLI
 
 DATA = Path(__file__).parent / "fixtures" / "mstod"
-METRICS = ("jga", "slot_accuracy", "dte", "success_rate", "recall@1", "recall@3", "recall@5")
+RECALLS = tuple(f"{prefix}{measure}@{k}" for prefix in ("", "ceiling_") for measure in ("recall", "pair_recall")
+                for k in (1, 3, 5))  # fmt: skip
+METRICS = ("jga", "slot_accuracy", "dte", "success_rate", *RECALLS)
 
 
 def _env() -> dict[str, str]:
@@ -33,10 +35,14 @@ def _confirming(persona_ids: set[int]) -> set[str]:
 
 
 def _check_ranges(metrics: dict[str, Any], max_turns: int) -> None:
-    for key in ("jga", "slot_accuracy", "success_rate", "recall@1", "recall@3", "recall@5"):
+    for key in ("jga", "slot_accuracy", "success_rate", *RECALLS):
         assert 0.0 <= metrics[key] <= 1.0, key
     assert 1.0 <= metrics["dte"] <= max_turns
-    assert metrics["recall@1"] <= metrics["recall@3"] <= metrics["recall@5"]
+    for measure in ("recall", "pair_recall", "ceiling_recall", "ceiling_pair_recall"):
+        assert metrics[f"{measure}@1"] <= metrics[f"{measure}@3"] <= metrics[f"{measure}@5"], measure
+    for k in (1, 3, 5):  # no ranking beats its ceiling
+        assert metrics[f"recall@{k}"] <= metrics[f"ceiling_recall@{k}"]
+        assert metrics[f"pair_recall@{k}"] <= metrics[f"ceiling_pair_recall@{k}"]
 
 
 @pytest.fixture(scope="module")

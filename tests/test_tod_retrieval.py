@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from memrl.envs.tod.ranking import auc, mean_recall_at_k, recall_at_k
+from memrl.envs.tod.ranking import auc, mean_scores, recall_at_k
 from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, minmax, retrieve
 
 DOCS = [
@@ -80,7 +80,9 @@ def test_recall_at_k_and_auc() -> None:
     assert recall_at_k(ranked, {"b", "d"}, 5) == 1.0
     assert recall_at_k(ranked, {"z"}, 3) == 0.0  # gold that retrieval dropped counts as missed
     assert math.isnan(recall_at_k(ranked, set(), 3))
-    assert mean_recall_at_k([(ranked, {"a"}), (ranked, set()), (ranked, {"d"})], 1) == 0.5  # the empty one skipped
+    per_query = [{"r@1": recall_at_k(ranked, gold, 1)} for gold in ({"a"}, set(), {"d"})]
+    assert mean_scores(per_query) == {"r@1": 0.5}  # the query without gold is skipped
+    assert math.isnan(mean_scores([], ["r@1"])["r@1"])
     assert auc([0, 1, 0, 1], [0.1, 0.9, 0.3, 0.8]) == 1.0
     assert auc([0, 1, 1, 0], [0.9, 0.1, 0.2, 0.8]) == 0.0
     assert math.isnan(auc([1, 1], [0.2, 0.3]))

@@ -4,11 +4,14 @@ Shopping: `phase{1..4}.json` (lists of `product`, `Option A/B/C`, `User`, `Task`
 `persona_info.json` / `updated_persona_info.json` (name -> `persona_info` -> product -> feature -> `like_most`,
 `like_second`, `dislike`, plus a `sample_list` we ignore) and `original_persona.json` / `updated_persona.json`
 (name -> persona prompt). Embodied: `scenarios/{original,evolved}_scenarios_{A,B}.json` and
-`personas/{original,evolved}_persona.json`. Any malformed file fails in one line naming the file and the field.
+`personas/{original,evolved}_persona.py` as released (Python modules of string literals, parsed with `ast` and never
+imported or run), or `personas/{original,evolved}_persona.json` (name -> prompt) where no `.py` is present. Any
+malformed file fails in one line naming the file and the field.
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,10 +208,75 @@ def load_persona_tables(path: str | Path) -> dict[str, PersonaTable]:
     return out
 
 
-def load_personas(path: str | Path) -> dict[str, str]:
-    """A persona prompt file (shopping `*_persona.json`, embodied `personas/*_persona.json`): name -> prompt."""
+class _BoundNames(ast.NodeTransformer):
+    """Replaces each name bound earlier in the module to a literal by that literal, so literal_eval can read it."""
+
+    def __init__(self, bound: dict[str, Any]) -> None:
+        self.bound = bound
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.bound:
+            return ast.copy_location(ast.Constant(self.bound[node.id]), node)
+        return node
+
+
+def read_literal_module(path: str | Path) -> dict[str, Any]:
+    """The names a Python file binds to literals, read with `ast` only: the file is never imported or run.
+
+    Allowed: a docstring, and assignments `NAME = LITERAL` (or `NAME: T = LITERAL`) where the literal may refer to
+    names bound earlier, as in the released `prompt_dict = {"Alex": prompt_alex, ...}`. Anything else (an import, a
+    call, a function, an f-string, ...) is refused with the file and line.
+    """
     path = Path(path)
-    data = _expect(read_json(path), dict, path, "an object of name -> persona prompt")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except OSError as exc:
+        raise PahfDataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise PahfDataError(f"{path}: not UTF-8 text") from None
+    except SyntaxError as exc:
+        raise PahfDataError(f"{path}: line {exc.lineno}: not valid Python ({exc.msg})") from None
+    except (ValueError, RecursionError, MemoryError):
+        raise PahfDataError(f"{path}: cannot parse as Python") from None
+    bound: dict[str, Any] = {}
+    for i, stmt in enumerate(tree.body):
+        if i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue  # the module docstring
+        target: ast.expr | None = None
+        value: ast.expr | None = None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign):
+            target, value = stmt.target, stmt.value
+        if not isinstance(target, ast.Name) or value is None:
+            raise PahfDataError(
+                f"{path}: line {stmt.lineno}: only `NAME = literal` assignments are read, found {type(stmt).__name__}"
+                " (the file is parsed, never run)"
+            )
+        try:
+            bound[target.id] = ast.literal_eval(_BoundNames(bound).visit(value))
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            raise PahfDataError(
+                f"{path}: line {stmt.lineno}: {target.id} is not a plain literal (calls, imports and expressions "
+                "are refused: the file is parsed, never run)"
+            ) from None
+    return bound
+
+
+def _personas_from_py(path: Path) -> Any:
+    """The released persona module's name -> prompt dict: the last dict it assigns (`prompt_dict`, ...)."""
+    dicts = [v for v in read_literal_module(path).values() if isinstance(v, dict)]
+    if not dicts:
+        raise PahfDataError(f"{path}: unknown format: assigns no dict of name -> persona prompt")
+    return dicts[-1]
+
+
+def load_personas(path: str | Path) -> dict[str, str]:
+    """A persona prompt file: name -> prompt. Shopping `*_persona.json`; embodied `personas/*_persona.py` as
+    released (see `read_literal_module`) or `personas/*_persona.json`."""
+    path = Path(path)
+    raw = _personas_from_py(path) if path.suffix == ".py" else read_json(path)
+    data = _expect(raw, dict, path, "an object of name -> persona prompt")
     for name, prompt in data.items():
         if not isinstance(prompt, str) or not prompt.strip():
             raise PahfDataError(f"{path}: {name}: expected a non-empty persona prompt string")
@@ -248,14 +316,25 @@ def load_shopping_dir(directory: str | Path) -> ShoppingData:
     )
 
 
+def persona_file(personas: Path, stem: str) -> Path:
+    """`personas/STEM.py` (the released form) when it exists, else `personas/STEM.json`."""
+    py, js = personas / f"{stem}.py", personas / f"{stem}.json"
+    if py.is_file():
+        return py
+    if js.is_file():
+        return js
+    raise PahfDataError(f"{py}: file not found (nor {js.name} beside it)")
+
+
 def load_embodied_dir(directory: str | Path, variant: Literal["A", "B"] = "A") -> EmbodiedData:
-    """The embodied folder: scenarios/{original,evolved}_scenarios_{variant}.json and personas/*_persona.json."""
+    """The embodied folder: scenarios/{original,evolved}_scenarios_{variant}.json and personas/*_persona.py (or
+    .json where there is no .py)."""
     d = Path(directory)
     if not d.is_dir():
         raise PahfDataError(f"{d}: not a folder")
     return EmbodiedData(
         original=load_embodied(_need(d / "scenarios" / f"original_scenarios_{variant}.json")),
         evolved=load_embodied(_need(d / "scenarios" / f"evolved_scenarios_{variant}.json")),
-        personas_original=load_personas(_need(d / "personas" / "original_persona.json")),
-        personas_evolved=load_personas(_need(d / "personas" / "evolved_persona.json")),
+        personas_original=load_personas(persona_file(d / "personas", "original_persona")),
+        personas_evolved=load_personas(persona_file(d / "personas", "evolved_persona")),
     )

@@ -124,6 +124,27 @@ def _why_wrong(table: PersonaTable, scenario: ShoppingScenario, choice: Choice, 
     return f"that one is acceptable, but I'd have preferred option {target}{why}."
 
 
+def changed_values(original: PersonaTable, table: PersonaTable, scenario: ShoppingScenario, choice: str) -> list[str]:
+    """The values of `choice` that drifted from liked to disliked, when the drift is what makes the choice wrong.
+
+    The released harness's rule: the option was acceptable under the `original` table, and some of its values were
+    liked most or second there but are disliked, for the same feature, under the current `table`. Buying nothing
+    ("D") has no values, so it never counts. The list is empty when the rule does not apply.
+    """
+    if choice == "D" or not acceptable(original, scenario, choice):
+        return []
+    product = scenario.product
+    out = []
+    for value in _option(scenario, choice):
+        feature = feature_of(table, product, value)
+        if feature is None or value not in table.products[product][feature].dislike:
+            continue
+        before = original.products[product].get(feature)
+        if before is not None and (value == before.like_most or value in before.like_second):
+            out.append(value)
+    return out
+
+
 def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
@@ -138,9 +159,10 @@ def rule_feedback(
 ) -> Feedback:
     """The deterministic user's reaction to `choice` (A/B/C, or D to buy nothing) under `table`.
 
-    `original`, the user's table before the drift, enables the drift case: a choice that was right under it but is
-    wrong now gets "my preferences have changed" plus the current reason. `drifted=True` without `original` is an
-    error, because the rule needs the old table to know the choice used to be right.
+    `original`, the user's table before the drift, enables the drift case, as in the released harness: a product
+    choice (not D) that was acceptable under `original` and has a value the user liked there but dislikes now gets
+    "my preferences have changed" naming that value (see `changed_values`). `drifted=True` without `original` is an
+    error, because the rule needs the old table to tell what changed.
     """
     if drifted and original is None:
         raise ValueError("rule_feedback(drifted=True) needs original=<the table before the drift>")
@@ -155,8 +177,13 @@ def rule_feedback(
             return Feedback(True, "Good call not buying anything: none of these suit me.", "right")
         return Feedback(True, "That's the one I wanted, thanks.", "right")
     reason = _why_wrong(table, scenario, picked, target, style)
-    if original is not None and gold(original, scenario) == picked:
-        return Feedback(False, f"My preferences have changed: {reason}", "drift")
+    changed = changed_values(original, table, scenario, picked) if original is not None else []
+    if changed:
+        it = "it" if len(changed) == 1 else "them"
+        message = f"My preferences have changed: I used to like the {_join(changed)}, but I don't want {it} any more."
+        if style == "detailed":
+            message += " " + " ".join(_capital(_rather(table, scenario.product, v)) + "." for v in changed)
+        return Feedback(False, message, "drift")
     if picked == "D":
         return Feedback(False, _capital(f"you bought nothing, but {reason}"), "buy_nothing_but_fit")
     if _disliked(table, scenario, picked):

@@ -4,7 +4,9 @@ A slot counts as correct in a response when the response states the slot's goal 
 string matching (`mentions`): the same test for the template and the LLM reader, and the one the rule supervisor
 uses. Per session: `jga` (every goal slot correct in the confirmation response), `slot_accuracy`, `dte` (assistant
 turns until the task is complete, the confirmation being turn 1; the turn limit when it never completes),
-`success` (every slot resolved within the limit) and recall@k of the gold memory in the pipeline's ranking.
+`success` (every slot resolved within the limit) and recall of the gold memory in the pipeline's ranking:
+`recall@k` over the distinct gold (slot, value) facts, `pair_recall@k` over the gold pairs, and the `ceiling_`
+of each, the best any ranking of the session's memory reaches (`envs.tod.ranking`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
@@ -22,12 +24,13 @@ from memrl.envs.tod.labels import label
 from memrl.envs.tod.memory import MemoryUnit
 from memrl.envs.tod.pipeline import candidate_key
 from memrl.envs.tod.prompts import QUALITY_KEYS, quality_messages
-from memrl.envs.tod.ranking import recall_at_k
+from memrl.envs.tod.ranking import Facts, RankedQuery, fact_of, recall_names
 from memrl.envs.tod.reasoning import filled_slots
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.json_output import JSONParseFailure, parse_json_object
 
 RECALL_KS = (1, 3, 5)
+_RECALL_KEYS = [*recall_names(RECALL_KS), *(f"ceiling_{name}" for name in recall_names(RECALL_KS))]
 
 # Party sizes and counts: "two" and "2" state the same value.
 _NUMBER_WORDS = {
@@ -63,14 +66,26 @@ def outstanding_slots(response: str, goal: Mapping[str, str]) -> list[str]:
     return [slot for slot, ok in slot_correctness(response, goal).items() if not ok]
 
 
-def recall_at(ranked_keys: Sequence[str], gold: Iterable[str], k: int) -> float | None:
-    """|gold in the top k| / |gold|; None for a session without gold memory (left out of the means)."""
-    value = recall_at_k(ranked_keys, set(gold), k)
-    return None if math.isnan(value) else value
+def recall_scores(
+    ranked: Sequence[str], gold: Iterable[str], facts: Facts | None = None, candidates: Collection[str] | None = None
+) -> dict[str, float | None]:
+    """`recall@k`, `pair_recall@k` and their `ceiling_` for the `RECALL_KS`; None for a session without gold memory
+    (left out of the means). `facts` maps pair keys to `fact_of(slot, answer)` (a key without one is its own fact);
+    `candidates` are the keys of every stored pair (None: the gold ones at least)."""
+    query = RankedQuery(ranked, set(gold), facts or {}, candidates)
+    scores = query.recalls(RECALL_KS) | query.ceilings(RECALL_KS)
+    return {name: None if math.isnan(value) else value for name, value in scores.items()}
 
 
 def session_scores(
-    confirmation: str, goal: Mapping[str, str], dte: int, success: bool, ranked: Sequence[str], gold: Iterable[str]
+    confirmation: str,
+    goal: Mapping[str, str],
+    dte: int,
+    success: bool,
+    ranked: Sequence[str],
+    gold: Iterable[str],
+    facts: Facts | None = None,
+    candidates: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """The per-session numbers a session record carries."""
     correct = slot_correctness(confirmation, goal)
@@ -81,8 +96,23 @@ def session_scores(
         "correct_slots": correct,
         "dte": dte,
         "success": success,
-        **{f"recall@{k}": recall_at(ranked, gold, k) for k in RECALL_KS},
+        **recall_scores(ranked, gold, facts, candidates),
     }
+
+
+def _with_fact_recall(record: dict[str, Any]) -> dict[str, Any]:
+    """A record written before `recall@k` counted distinct facts (its `recall@k` is the pair figure), scored again
+    from what it kept: the ranked pairs with slot and answer, the gold keys (.../slot) and the goal. Gold pairs hold
+    the goal value, and the kept top of the ranking is longer than the largest k."""
+    if "pair_recall@1" in record or not {"ranked", "gold", "goal"} <= record.keys():
+        return record
+    ranked = record["ranked"]
+    gold = record["gold"]
+    facts = {str(p["key"]): fact_of(str(p["slot"]), str(p["answer"])) for p in ranked}
+    for key in gold:
+        slot = str(key).rsplit("/", 1)[-1]
+        facts[key] = fact_of(slot, str(record["goal"].get(slot, "")))
+    return record | recall_scores([str(p["key"]) for p in ranked], gold, facts)
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -94,6 +124,7 @@ def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Means over sessions; `slot_accuracy` is over every goal slot of every session (micro average)."""
     if not records:
         return {"sessions": 0}
+    records = [_with_fact_recall(r) for r in records]
     slots = [ok for r in records for ok in r["correct_slots"].values()]
     failures: dict[str, int] = defaultdict(int)
     for r in records:
@@ -105,7 +136,7 @@ def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "slot_accuracy": round(sum(slots) / len(slots), 4) if slots else None,
         "dte": _mean(r["dte"] for r in records),
         "success_rate": _mean(float(r["success"]) for r in records),
-        **{f"recall@{k}": _mean(r[f"recall@{k}"] for r in with_gold) for k in RECALL_KS},
+        **{name: _mean(r.get(name) for r in with_gold) for name in _RECALL_KEYS},
         "sessions": len(records),
         "sessions_with_gold": len(with_gold),
         "individuals": len({r["persona_id"] for r in records}),

@@ -25,8 +25,9 @@ from memrl.envs.tod.config import TodEvalConfig
 from memrl.envs.tod.formats import Individual, Session, Turn, load_tod_dir
 from memrl.envs.tod.memory import MemoryUnit, load_memory_banks
 from memrl.envs.tod.metrics import QualityJudge, gold_memory, session_scores
-from memrl.envs.tod.pipeline import MemoryPlanner, MemorySelector, SessionView, build_intent, build_reasoner
+from memrl.envs.tod.pipeline import MemoryPlanner, MemorySelector, SessionView, build_intent, build_reasoner, candidates
 from memrl.envs.tod.proactive import SUPERVISORS, USERS, run_proactive
+from memrl.envs.tod.ranking import fact_of
 from memrl.envs.tod.reader import ReaderRequest, Reply, build_reader, phrases
 from memrl.envs.tod.reasoning import filled_slots
 from memrl.envs.tod.retrieval import build_retriever
@@ -188,8 +189,10 @@ class SessionRunner:
 
         outcome = await run_proactive(respond, context, goal, self.user, self.supervisor, self.cfg.max_turns)
         gold = gold_memory(job.persona_id, session, context, goal, memory)
+        # Every stored pair and its (slot, value): recall counts distinct gold facts, the ceiling any ranking's best.
+        facts = {c.key: fact_of(c.slot, c.answer) for c in candidates(job.persona_id, session.session_id, memory)}
         scores = session_scores(
-            outcome.confirmation.text, goal, outcome.dte, outcome.success, plan.selection.keys, gold
+            outcome.confirmation.text, goal, outcome.dte, outcome.success, plan.selection.keys, gold, facts, list(facts)
         )
         record: dict[str, Any] = {
             "key": job.key,

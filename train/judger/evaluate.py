@@ -1,9 +1,10 @@
 """Memory activation on held-out judger data: does the judger lift the gold QA pairs into the top k?
 
 Per query (one confirming session): intent-aligned retrieval over its candidates gives s_pre, the judger gives
-s, and the fused score alpha * s_pre + (1 - alpha) * s ranks the retrieved pairs. Recall@k counts the gold pairs in
-the top k (gold outside the kept units counts as missed). Judger scores stream to `scores.jsonl`, so a killed run
-resumes where it stopped.
+s, and the fused score alpha * s_pre + (1 - alpha) * s ranks the retrieved pairs. `recall@k` counts the distinct gold
+(slot, value) facts some top-k pair carries, `pair_recall@k` the gold pairs themselves (gold outside the kept units
+counts as missed), and `ceiling_*` is the best any ranking of the query's pairs reaches (`envs.tod.ranking`).
+Judger scores stream to `scores.jsonl`, so a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rich.console import Console
 from memrl.core.errors import ConfigError
 from memrl.core.jsonl import ResumableJsonl
 from memrl.core.progress import progress
-from memrl.envs.tod.ranking import auc, mean_recall_at_k
+from memrl.envs.tod.ranking import RankedQuery, auc, fact_of, mean_scores, recall_names
 from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, retrieve
 from memrl.rollout.judger.inputs import JudgerInput
 from memrl.rollout.judger.scorer import JUDGER_FILE
@@ -92,12 +93,13 @@ def evaluate_judger(
     for row in rows:
         queries.setdefault(str(row["query_id"]), []).append(row)
     sweep = sorted({*alphas, alpha, 0.0, 1.0})
-    rankings: dict[float, list[tuple[list[str], set[str]]]] = {a: [] for a in sweep}
+    rankings: dict[float, list[RankedQuery]] = {a: [] for a in sweep}
     ranker = build_retriever(retriever)
     with progress(console) as bar:
         task = bar.add_task(f"retrieval ({retriever})", total=len(queries))
         for query_rows in queries.values():
             gold = {str(r["key"]) for r in query_rows if r["label"] == 1}
+            facts = {str(r["key"]): fact_of(str(r["slot"]), str(r["answer"])) for r in query_rows}
             query = str(query_rows[0].get("intent_query") or "")
             kept = retrieve(query, [Candidate.from_pair(r) for r in query_rows], ranker, top_units)
             s_pre = [s for _, s in kept]
@@ -105,17 +107,22 @@ def evaluate_judger(
             for a in sweep:
                 fused = fuse(s_pre, s_j, a)
                 order = sorted(range(len(kept)), key=lambda i: -fused[i])  # ties keep the retrieval order
-                rankings[a].append(([kept[i][0].key for i in order], gold))
+                rankings[a].append(RankedQuery([kept[i][0].key for i in order], gold, facts, list(facts)))
             bar.advance(task)
 
     def recalls(a: float) -> dict[str, float | None]:
-        return {f"recall@{k}": _round(mean_recall_at_k(rankings[a], k)) for k in ks}
+        """`recall@k` (distinct gold facts) and `pair_recall@k` (gold pairs) of the ranking at alpha `a`."""
+        means = mean_scores((q.recalls(ks) for q in rankings[a]), recall_names(ks))
+        return {name: _round(value) for name, value in means.items()}
 
+    # The ceilings do not depend on alpha: the best any ranking of each query's pairs could do.
+    ceilings = mean_scores((q.ceilings(ks) for q in rankings[1.0]), (f"ceiling_{n}" for n in recall_names(ks)))
     retrieval_only = recalls(1.0)
     metrics: dict[str, Any] = {
         **(recalls(alpha) if judged is not None else retrieval_only),
         **{f"retrieval_{k}": v for k, v in retrieval_only.items()},
         **{f"judger_{k}": (v if judged is not None else None) for k, v in recalls(0.0).items()},
+        **{name: _round(value) for name, value in ceilings.items()},
         "auc": _round(auc([int(r["label"]) for r in rows], [judged[k] for k in keys])) if judged is not None else None,
         "alpha_sweep": {str(a): recalls(a) for a in alphas} if judged is not None else None,
         "alpha": alpha,
@@ -124,7 +131,7 @@ def evaluate_judger(
         "judger": judger,
         "data": str(pairs_path),
         "queries": len(queries),
-        "queries_with_gold": sum(1 for _, gold in rankings[1.0] if gold),
+        "queries_with_gold": sum(1 for q in rankings[1.0] if q.gold),
         "pairs": len(rows),
         "positives": sum(1 for r in rows if r["label"] == 1),
     }

@@ -1,4 +1,4 @@
-"""Stage kinds that run an action (what `memrl eval collab|tod|pahf` and `memrl data tod|judger|pahf` do): the
+"""Stage kinds that run an action (what `memrl eval collab|tod|pahf|judger` and `memrl data tod|judger|pahf` do): the
 stage's schema is the action's config plus `kind`, so every flag of the command is a key of the stage."""
 
 from __future__ import annotations
@@ -41,9 +41,8 @@ def action_stage(kind: str, action: Action[Any]) -> StageKind[Any]:
 
     def dry_run(stage: Any, ctx: RunContext, name: str) -> list[str]:
         cfg = _config(action, stage, ctx)
-        given = {
-            k: v for k, v in cfg.model_dump(mode="json").items() if k in stage.model_fields_set or k in action.refs
-        }
+        dumped = cfg.model_dump(mode="json").items()
+        given = {k: v for k, v in dumped if v is not None and (k in stage.model_fields_set or k in action.refs)}
         shown = " ".join(f"{k}={json.dumps(v) if isinstance(v, dict | list) else v}" for k, v in given.items())
         return [f"memrl {action.command} --out {ctx.stage_dir(name)} ({shown})" if shown else f"memrl {action.command}"]
 
