@@ -18,7 +18,7 @@ from typing import Any
 from memrl.core.errors import MemrlError
 from memrl.core.files import atomic_write_json, atomic_writer
 from memrl.core.splits import check_disjoint as check_splits_disjoint
-from memrl.envs.tod.formats import Individual, Session, as_dicts, load_tod_dir
+from memrl.envs.tod.formats import Individual, LoadProblems, Session, as_dicts, load_tod_dir
 from memrl.envs.tod.labels import NEGATIVE_KINDS, label
 from memrl.envs.tod.memory import MemoryBank, load_memory_banks
 from memrl.envs.tod.reasoning import filled_slots, schema_intent_query, schema_missing_slots
@@ -134,9 +134,10 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 def tod_schemas(tod_dir: str | Path, schema: str | Path | None = None) -> Schemas:
+    """`schema` (an SGD schema.json, or an SGD folder: its train/dev/test schemas merged), else TOD_DIR/schema.json."""
     path = Path(schema) if schema is not None else Path(tod_dir) / "schema.json"
-    if not path.is_file():
-        raise TodDataError(f"{path}: schema file not found (pass --schema with an SGD schema.json)")
+    if not path.exists():
+        raise TodDataError(f"{path}: schema not found (pass --schema with an SGD schema.json or an SGD folder)")
     return load_schemas(path)
 
 
@@ -147,10 +148,16 @@ def build_judger_dataset(
     eval_fraction: float | None = None,
     seed: int = 0,
     schema: str | Path | None = None,
+    strict: bool = False,
 ) -> dict[str, Any]:
-    """Rows for every confirming session of `tod_dir`, split by individual, written under `out`; returns the stats."""
+    """Rows for every confirming session of `tod_dir`, split by individual, written under `out`; returns the stats.
+
+    Lenient by default: foreign slots are dropped and unreadable files skipped, both counted and named in the
+    stats' `problems`; `strict` fails on the first of them instead.
+    """
     schemas = tod_schemas(tod_dir, schema)
-    individuals = load_tod_dir(tod_dir, schemas)
+    problems = None if strict else LoadProblems()
+    individuals = load_tod_dir(tod_dir, schemas, problems)
     banks = load_memory_banks(tod_dir, individuals, schemas)
     train_ids, eval_ids = split_individuals([i.persona_id for i in individuals], eval_individuals, eval_fraction, seed)
     by_id = {i.persona_id: i for i in individuals}
@@ -171,6 +178,7 @@ def build_judger_dataset(
         "seed": seed,
         "individuals": {"train": train_ids, "eval": eval_ids},
         **{name: split_stats(rows) for name, rows in splits.items()},
+        "problems": (problems or LoadProblems()).summary(),
     }
     atomic_write_json(out / "stats.json", stats)
     return stats

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MemrlCLI
 from typer.testing import CliRunner
 
 from memrl.app.cli.data import data_app
@@ -19,12 +20,14 @@ from memrl.data_gen.judger import (
     read_rows,
     split_individuals,
 )
-from memrl.envs.tod.formats import load_individual, load_tod_dir
+from memrl.envs.tod.formats import LoadProblems, load_individual, load_tod_dir
 from memrl.envs.tod.memory import build_memory_bank
 from memrl.envs.tod.schema import load_schemas
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MSTOD = FIXTURES / "mstod"
+RELEASE = FIXTURES / "mstod_release"
+SGD = FIXTURES / "sgd"
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +103,7 @@ def test_overlapping_splits_are_refused() -> None:
 
 def test_released_file_gives_rows_by_matching() -> None:
     schemas = load_schemas(FIXTURES / "sgd")
-    ind = load_individual(FIXTURES / "mstod_release" / "persona_1.json", schemas)
+    ind = load_individual(RELEASE / "persona_1.json", schemas, LoadProblems())
     rows = individual_rows(ind, build_memory_bank(ind, schemas), schemas)
     gold = {(r["query_id"], r["slot"], r["answer"]) for r in rows if r["label"]}
     assert gold == {
@@ -124,3 +127,56 @@ def test_cli_prints_sizes_and_class_balance(tmp_path: Path) -> None:
         assert printed[split]["rows"] == stats[split]["rows"] > 0
         assert printed[split]["positive_rate"] == stats[split]["positive_rate"]
         assert set(printed[split]["negatives_by_kind"]) == set(NEGATIVE_KINDS)
+
+
+def _judger_cli(*args: object) -> Any:
+    return CliRunner().invoke(data_app, ["judger", *map(str, args)])
+
+
+def test_release_folder_with_bare_names_builds_against_an_sgd_folder(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    tod = tmp_path / "tod"
+    tod.mkdir()
+    for path in RELEASE.glob("persona_*.json"):
+        (tod / path.name).write_text(path.read_text())
+    (tod / "persona_3.json").write_text("not json at all")
+    result = _judger_cli("--tod-dir", tod, "--schema", SGD, "--out", tmp_path / "j", "--eval-individuals", 1)
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout.strip())
+    stats = json.loads((tmp_path / "j" / "stats.json").read_text())
+    assert printed["problems"] == stats["problems"]
+    assert printed["train"]["rows"] + printed["eval"]["rows"] > 0
+    dropped, skipped = stats["problems"]["dropped_slots"], stats["problems"]["skipped_files"]
+    assert dropped["count"] == 1
+    assert dropped["slots"][0] | {"file": ""} == {
+        "file": "",
+        "session_id": 4,
+        "service": "RideSharing",
+        "slot": "number_of_seats",
+        "where": "confirmation_state.slot_values.number_of_seats",
+    }
+    assert dropped["slots"][0]["file"].endswith("persona_1.json")
+    assert skipped["count"] == 1 and skipped["files"][0]["file"].endswith("persona_3.json")
+    assert sorted(stats["individuals"]["train"] + stats["individuals"]["eval"]) == [1, 2]
+    rows = read_rows(tmp_path / "j" / "train" / "pairs.jsonl") + read_rows(tmp_path / "j" / "eval" / "pairs.jsonl")
+    assert {r["service"] for r in rows} == {"Restaurants", "RideSharing"}
+
+    def strict_error() -> str:
+        run = memrl_cli("data", "judger", "--tod-dir", tod, "--schema", SGD, "--out", tmp_path / "s", "--strict")
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith("memrl: error: "), run.stderr
+        assert not (tmp_path / "s" / "stats.json").exists()
+        return lines[0]
+
+    assert "persona_1.json: sessions[3].confirmation_state.slot_values.number_of_seats" in strict_error()
+    (tod / "persona_1.json").unlink()
+    assert "persona_3.json: not valid JSON" in strict_error()
+
+
+@pytest.mark.parametrize("schema", ["file", "folder"])
+def test_schema_takes_a_file_or_a_folder(schema: str, tmp_path: Path) -> None:
+    path = MSTOD / "schema.json" if schema == "file" else SGD
+    result = _judger_cli("--tod-dir", MSTOD, "--schema", path, "--out", tmp_path, "--eval-individuals", 2)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip())["problems"]["dropped_slots"]["count"] == 0
+    missing = _judger_cli("--tod-dir", MSTOD, "--schema", tmp_path / "nowhere", "--out", tmp_path / "o")
+    assert missing.exit_code != 0 and "schema not found" in str(missing.exception)

@@ -15,6 +15,7 @@ from memrl.data_gen.tod import TodDataConfig, build_tod_dataset, load_source, pl
 from memrl.envs.tod.formats import (
     NEITHER,
     Individual,
+    LoadProblems,
     Session,
     file_format,
     load_individual,
@@ -29,7 +30,7 @@ from memrl.envs.tod.memory import (
     load_memory_banks,
 )
 from memrl.envs.tod.reasoning import filled_slots, schema_intent_query, schema_missing_slots
-from memrl.envs.tod.schema import Schemas, load_schemas
+from memrl.envs.tod.schema import Schemas, TodDataError, load_schemas
 from memrl.envs.tod.sgd import dialogue_files, extract_goals
 from memrl.envs.tod.writers import LLMWriter, TemplateWriter, Written
 from memrl.rollout.base import ChatBackend, SamplingParams
@@ -297,7 +298,9 @@ def test_llm_memory_builder_checks_slots_and_answers(schemas: Schemas) -> None:
 
 def test_released_format_loads_and_falls_back_to_matching(schemas: Schemas) -> None:
     assert file_format(RELEASE) == "mstod" and file_format(SGD / "dev" / "dialogues_001.json") == "sgd"
-    ind = load_individual(RELEASE, schemas)
+    problems = LoadProblems()
+    ind = load_individual(RELEASE, schemas, problems)
+    assert [d["slot"] for d in problems.dropped_slots] == ["number_of_seats"]  # foreign to the ride's service
     assert [s.session_id for s in ind.sessions] == [1, 2, 3, 4, 5]
     assert all(not t.slots for s in ind.sessions for t in s.turns) and all(s.stage is None for s in ind.sessions)
     tasks = ind.tasks()
@@ -306,10 +309,11 @@ def test_released_format_loads_and_falls_back_to_matching(schemas: Schemas) -> N
     goal = ind.confirmed("4_00021")
     assert len(final.context()) == 3 and goal["date"] == "March 8th"
     assert filled_slots(final.context(), goal) == {"restaurant_name": "Hong Kong East Ocean"}
-    intent = schemas.intent(final.service, final.intent)
-    assert schema_missing_slots(final.context(), intent, goal) == ["location", "time", "number_of_seats", "date"]
+    intent = schemas.intent(final.service, final.intent)  # the family's: Restaurants_1 and _2 slots together
+    missing = schema_missing_slots(final.context(), intent, goal)
+    assert missing == ["city", "time", "location", "date", "party_size", "number_of_seats"]
     query = schema_intent_query(final.context(), final.service, final.intent, schemas, goal)
-    assert query == "make a table reservation at a restaurant; name of the restaurant Hong Kong East Ocean"
+    assert query == "reserve a table at a restaurant; name of the restaurant Hong Kong East Ocean"
     banks = load_memory_banks(RELEASE.parent, [ind], schemas)  # no memory/ folder: built offline
     first = banks[1].units[0]
     assert {p.slot: p.answer for p in first.qa} == {
@@ -353,8 +357,9 @@ def test_bad_individual_is_one_line(tmp_path: Path, problem: str, memrl_cli: Mem
     (tmp_path / "tod" / "persona_1.json").write_text(json.dumps(data))
     schema = MSTOD / "schema.json"
     result = memrl_cli(
-        "data", "judger", "--tod-dir", tmp_path / "tod", "--out", tmp_path / "j", "--schema", schema, timeout=120
-    )
+        "data", "judger", "--tod-dir", tmp_path / "tod", "--out", tmp_path / "j", "--schema", schema, "--strict",
+        timeout=120,
+    )  # fmt: skip
     assert_one_line_error(result, *fragments)
 
 
@@ -406,3 +411,45 @@ def test_data_tod_command_writes_the_layout(tmp_path: Path, memrl_cli: MemrlCLI)
     assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == ["persona_1.json", "persona_2.json"]
     used = {s.service for i in load_tod_dir(tmp_path) for s in i.sessions}
     assert set(load_schemas(tmp_path / "schema.json").services) == used
+
+
+# --- the release as published: bare service names, foreign slots, files that do not parse ---------------------------
+
+
+def test_bare_service_names_resolve_to_the_merged_family(schemas: Schemas) -> None:
+    assert "Restaurants" in schemas and "Restaurants" not in schemas.services  # looked up, never generated from
+    family = schemas.service("Restaurants")
+    assert {"party_size", "city"} <= family.slots.keys() and {"number_of_seats", "location"} <= family.slots.keys()
+    assert schemas.has_slot("RideSharing", "number_of_riders") and not schemas.has_slot("RideSharing", "city")
+    assert schemas.subset(["Restaurants"]).to_records()[0]["service_name"] == "Restaurants"
+    with pytest.raises(TodDataError, match="did you mean 'Restaurants'"):
+        schemas.service("Restaurant")
+    # One file, or an SGD folder with train/dev/test schemas merged.
+    assert set(load_schemas(SGD / "train" / "schema.json").services) == {"Restaurants_1"}
+    assert set(load_schemas(SGD).services) == {"Restaurants_1", "Restaurants_2", "RideSharing_1"}
+
+
+def test_lenient_folder_load_drops_foreign_slots_and_skips_bad_files(schemas: Schemas, tmp_path: Path) -> None:
+    for path in RELEASE.parent.glob("persona_*.json"):
+        (tmp_path / path.name).write_text(path.read_text())
+    (tmp_path / "persona_7.json").write_text("{not json")
+    problems = LoadProblems()
+    individuals = load_tod_dir(tmp_path, schemas, problems)
+    assert [i.persona_id for i in individuals] == [1, 2]
+    ride = individuals[0].sessions[3]
+    assert ride.confirmation_state is not None and "number_of_seats" not in ride.confirmation_state.slot_values
+    assert len(ride.confirmation_state.slot_values) == 3  # the rest of the session is kept
+    summary = problems.summary()
+    assert summary["dropped_slots"]["count"] == 1 and summary["skipped_files"]["count"] == 1
+    dropped = summary["dropped_slots"]["slots"][0]
+    assert dropped == {
+        "file": str(tmp_path / "persona_1.json"),
+        "session_id": 4,
+        "service": "RideSharing",
+        "slot": "number_of_seats",
+        "where": "confirmation_state.slot_values.number_of_seats",
+    }
+    skipped = summary["skipped_files"]["files"][0]
+    assert skipped["file"] == str(tmp_path / "persona_7.json") and "not valid JSON" in skipped["error"]
+    with pytest.raises(TodDataError, match=r"persona_1\.json: sessions\[3\]\.confirmation_state"):
+        load_tod_dir(tmp_path, schemas)  # strict: the first problem fails the folder

@@ -11,6 +11,8 @@ import pytest
 from conftest import MemrlCLI
 
 DATA = Path(__file__).parent / "fixtures" / "mstod"
+RELEASE = Path(__file__).parent / "fixtures" / "mstod_release"
+SGD = Path(__file__).parent / "fixtures" / "sgd"
 RECALLS = tuple(f"{prefix}{measure}@{k}" for prefix in ("", "ceiling_") for measure in ("recall", "pair_recall")
                 for k in (1, 3, 5))  # fmt: skip
 METRICS = ("jga", "slot_accuracy", "dte", "success_rate", *RECALLS)
@@ -69,8 +71,8 @@ def judger(judger_data: Path, tmp_path_factory: pytest.TempPathFactory, model_ca
 @pytest.mark.slow
 def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "run"
-    base = ["eval", "tod", "--data", str(DATA), "--reader", "template", "--judger", "none", "--retriever", "bm25",
-            "--individuals", "2", "--out", str(out)]  # fmt: skip
+    base = ["eval", "tod", "--data", str(DATA), "--schema", str(DATA / "schema.json"), "--reader", "template",
+            "--judger", "none", "--retriever", "bm25", "--individuals", "2", "--out", str(out)]  # fmt: skip
     first = memrl_cli(*base, env=_env())
     assert first.returncode == 0, first.stderr[-3000:]
     summary = json.loads(first.stdout)
@@ -84,6 +86,7 @@ def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: P
     assert metrics["individuals"] == 2
     assert metrics["failures"] == {"intent": 0, "reader": 0, "reasoner": 0, "supervisor": 0, "user": 0}
     assert metrics["setup"]["reader"] == "template"
+    assert metrics["problems"]["dropped_slots"]["count"] == metrics["problems"]["skipped_files"]["count"] == 0
     assert metrics["success_rate"] == 1.0  # the rule user fixes one slot a turn; the template restates it
     for r in records:
         assert r["dte"] == 1 + len(r["outstanding"][0])
@@ -105,6 +108,35 @@ def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: P
     other = memrl_cli(*base[:-2], "--max-turns", "3", "--out", str(out), env=_env())
     assert other.returncode == 2
     assert "holds a run with different max_turns" in other.stderr
+
+
+@pytest.mark.slow
+def test_release_folder_with_bare_names_and_a_broken_file(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    """The release as published: bare service names resolved against an SGD folder, a foreign slot, a bad file."""
+    data = tmp_path / "release"
+    data.mkdir()
+    for path in RELEASE.glob("persona_*.json"):
+        (data / path.name).write_text(path.read_text())
+    (data / "persona_3.json").write_text('{"persona_id": 3, "sessions": [')
+    base = ["eval", "tod", "--data", str(data), "--schema", str(SGD), "--reader", "template", "--judger", "none",
+            "--retriever", "bm25", "--sessions", "3"]  # fmt: skip
+    result = memrl_cli(*base, "--out", str(tmp_path / "run"), env=_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads(result.stdout)
+    _check_ranges(metrics, max_turns=10)
+    assert metrics["sessions"] == 3
+    dropped, skipped = metrics["problems"]["dropped_slots"], metrics["problems"]["skipped_files"]
+    assert dropped["count"] == 1 and dropped["slots"][0]["slot"] == "number_of_seats"
+    assert dropped["slots"][0]["file"] == str(data / "persona_1.json") and dropped["slots"][0]["session_id"] == 4
+    assert skipped["count"] == 1 and skipped["files"][0]["file"] == str(data / "persona_3.json")
+    assert {r["service"] for r in _records(tmp_path / "run")} <= {"Restaurants", "RideSharing"}
+    ride = next(r for r in _records(tmp_path / "run") if r["key"] == "1/4")
+    assert "number_of_seats" not in ride["goal"]
+
+    strict = memrl_cli(*base, "--strict", "--out", str(tmp_path / "strict"), env=_env())
+    lines = [line for line in strict.stderr.splitlines() if line.strip()]
+    assert strict.returncode == 2 and len(lines) == 1, strict.stderr
+    assert "persona_1.json: sessions[3].confirmation_state.slot_values.number_of_seats" in lines[0]
 
 
 @pytest.mark.slow
@@ -150,6 +182,7 @@ def test_smollm2_reader_and_a_trained_judger_on_the_eval_split(
         (["--judger", "/nonexistent"], "--judger /nonexistent: not a folder"),
         (["--reader", "template", "--reasoner", "llm"], "name one with --llm"),
         (["--split-from", "/"], "stats.json: not found"),
+        (["--schema", "/nonexistent"], "/nonexistent: no schema"),
     ],
 )
 def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:

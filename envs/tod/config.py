@@ -26,7 +26,13 @@ class TodSampling(StrictModel):
 
 class TodEvalConfig(StrictModel):
     data: Path = Field(description="MS-TOD folder: persona_*.json, schema.json, optional memory/")
-    schema_file: Path | None = Field(default=None, description="SGD schema.json; default: DATA/schema.json")
+    schema_file: Path | None = Field(
+        default=None,
+        description="SGD schema.json, or an SGD folder (its train/dev/test schemas merged); default: DATA/schema.json",
+    )
+    strict: bool = Field(
+        default=False, description="fail on the first foreign slot or unreadable file instead of dropping and counting"
+    )
     judger: Path | None = Field(default=None, description="trained judger folder; None: retrieval alone")
     retriever: Literal["dense", "bm25", "hybrid"] = Field(
         default="dense", description="dense (MiniLM) | bm25 | hybrid retrieval over the memory QA pairs"

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from memrl.core import files as json_files
+from memrl.core.errors import first_line
 from memrl.core.files import atomic_write_json
 from memrl.core.schema import LenientModel
 from memrl.envs.tod.schema import Schemas, TodDataError
@@ -191,28 +193,70 @@ def describe(exc: ValidationError) -> str:
     return f"{_loc(error['loc']) or 'file'}: {message}"
 
 
-def check_slots(ind: Individual, schemas: Schemas, path: Path) -> None:
-    """Every service, confirmation slot and annotated slot must exist in the schema."""
+@dataclass
+class LoadProblems:
+    """What a lenient load left out: slots foreign to their session's service, and files it could not read.
+
+    Passed to the loaders, it makes them lenient: a foreign slot is dropped (the rest of its session kept) and a
+    malformed file is skipped; without it, the first problem fails in one line, naming the file and the field.
+    """
+
+    dropped_slots: list[dict[str, Any]] = field(default_factory=list)  # file, session_id, service, slot, where
+    skipped_files: list[dict[str, str]] = field(default_factory=list)  # file, error
+
+    def summary(self) -> dict[str, Any]:
+        """What the commands print and save: counts, and every dropped slot and skipped file by name."""
+        return {
+            "dropped_slots": {"count": len(self.dropped_slots), "slots": list(self.dropped_slots)},
+            "skipped_files": {"count": len(self.skipped_files), "files": list(self.skipped_files)},
+        }
+
+
+def check_slots(ind: Individual, schemas: Schemas, path: Path, problems: LoadProblems | None = None) -> None:
+    """Every service, intent, confirmation slot and annotated slot must exist in the schema.
+
+    An unknown service or intent fails the file. A slot foreign to its session's service fails it too, unless
+    `problems` is given: the slot is then removed from the session and recorded there.
+    """
     for i, session in enumerate(ind.sessions):
         where = f"{path}: sessions[{i}]"
-        if session.service not in schemas:
-            raise TodDataError(f"{where}.service: service {session.service!r} is not in the schema")
+        try:
+            service = schemas.service(session.service)
+        except TodDataError as exc:
+            raise TodDataError(f"{where}.service: {exc}") from None
+        if session.intent not in service.intents:
+            raise TodDataError(
+                f"{where}.intent: intent {session.intent!r} is not an intent of service {session.service!r}"
+            )
+
+        def foreign(slot: str, field_path: str, session: Session = session, where: str = where) -> bool:
+            if schemas.has_slot(session.service, slot):
+                return False
+            if problems is None:
+                raise TodDataError(f"{where}.{field_path}: no slot {slot!r} in the schema of service {session.service}")
+            problems.dropped_slots.append(
+                {
+                    "file": str(path),
+                    "session_id": session.session_id,
+                    "service": session.service,
+                    "slot": slot,
+                    "where": field_path,
+                }
+            )
+            return True
+
         if session.confirmation_state is not None:
-            for slot in session.confirmation_state.slot_values:
-                if not schemas.has_slot(session.service, slot):
-                    raise TodDataError(
-                        f"{where}.confirmation_state.slot_values.{slot}: no slot {slot!r} in the schema of service "
-                        f"{session.service}"
-                    )
+            values = session.confirmation_state.slot_values
+            for slot in [s for s in values if foreign(s, f"confirmation_state.slot_values.{s}")]:
+                del values[slot]
         for j, turn in enumerate(session.turns):
-            for slot in turn.slots:
-                if not schemas.has_slot(session.service, slot):
-                    raise TodDataError(
-                        f"{where}.turns[{j}].slots.{slot}: no slot {slot!r} in the schema of service {session.service}"
-                    )
+            for slot in [s for s in turn.slots if foreign(s, f"turns[{j}].slots.{s}")]:
+                del turn.slots[slot]
 
 
-def parse_individual(data: Any, path: Path, schemas: Schemas | None = None) -> Individual:
+def parse_individual(
+    data: Any, path: Path, schemas: Schemas | None = None, problems: LoadProblems | None = None
+) -> Individual:
     if detect_format(data) != "mstod":
         raise TodDataError(
             f"{path}: {NEITHER}" if detect_format(data) is None else f"{path}: SGD dialogues, not MS-TOD"
@@ -222,30 +266,54 @@ def parse_individual(data: Any, path: Path, schemas: Schemas | None = None) -> I
     except ValidationError as exc:
         raise TodDataError(f"{path}: {describe(exc)}") from exc
     if schemas is not None:
-        check_slots(ind, schemas, path)
+        check_slots(ind, schemas, path, problems)
     return ind
 
 
-def load_individual(path: str | Path, schemas: Schemas | None = None) -> Individual:
+def load_individual(
+    path: str | Path, schemas: Schemas | None = None, problems: LoadProblems | None = None
+) -> Individual:
     """One `persona_<id>.json` (released or generated); with `schemas`, its slots are checked against them."""
     path = Path(path)
-    return parse_individual(read_json(path), path, schemas)
+    return parse_individual(read_json(path), path, schemas, problems)
 
 
-def load_tod_dir(path: str | Path, schemas: Schemas | None = None) -> list[Individual]:
-    """Every `persona_*.json` of a folder, sorted by persona id."""
+def load_tod_dir(
+    path: str | Path, schemas: Schemas | None = None, problems: LoadProblems | None = None
+) -> list[Individual]:
+    """Every `persona_*.json` of a folder, sorted by persona id.
+
+    Strict without `problems`: the first malformed file fails the folder. With it, a malformed file (or a second
+    file of one persona id) is skipped and recorded, foreign slots are dropped and recorded, and only a folder with
+    no readable file fails.
+    """
     path = Path(path)
     if not path.is_dir():
         raise TodDataError(f"{path}: not a folder of MS-TOD files (persona_<id>.json)")
     files = sorted(path.glob("persona_*.json"))
     if not files:
         raise TodDataError(f"{path}: no persona_*.json files")
-    individuals = sorted((load_individual(f, schemas) for f in files), key=lambda i: i.persona_id)
-    ids = [i.persona_id for i in individuals]
-    if len(set(ids)) != len(ids):
-        dup = next(i for i in ids if ids.count(i) > 1)
-        raise TodDataError(f"{path}: persona_id {dup} appears in more than one file")
-    return individuals
+    by_id: dict[int, Individual] = {}
+    for file in files:
+        dropped = len(problems.dropped_slots) if problems is not None else 0
+        try:
+            ind = load_individual(file, schemas, problems)
+            if ind.persona_id in by_id:
+                raise TodDataError(f"{path}: persona_id {ind.persona_id} appears in more than one file ({file.name})")
+        except TodDataError as exc:
+            if problems is None:
+                raise
+            del problems.dropped_slots[dropped:]  # a skipped file drops nothing: it is not read at all
+            problems.skipped_files.append({"file": str(file), "error": first_line(exc)})
+            continue
+        by_id[ind.persona_id] = ind
+    if not by_id:
+        assert problems is not None
+        raise TodDataError(
+            f"{path}: none of its {len(files)} persona_*.json file(s) could be read; the first: "
+            f"{problems.skipped_files[0]['error']}"
+        )
+    return [by_id[i] for i in sorted(by_id)]
 
 
 def individual_path(out_dir: str | Path, persona_id: int) -> Path:

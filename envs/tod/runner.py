@@ -22,7 +22,7 @@ from memrl.core.errors import BackendError, MemrlError, first_line
 from memrl.envs.actors import FAILED_FILE
 from memrl.envs.driver import Chain, Schedule, World, drive
 from memrl.envs.tod.config import TodEvalConfig
-from memrl.envs.tod.formats import Individual, Session, Turn, load_tod_dir
+from memrl.envs.tod.formats import Individual, LoadProblems, Session, Turn, load_tod_dir
 from memrl.envs.tod.memory import MemoryUnit, load_memory_banks
 from memrl.envs.tod.metrics import QualityJudge, gold_memory, session_scores
 from memrl.envs.tod.pipeline import MemoryPlanner, MemorySelector, SessionView, build_intent, build_reasoner, candidates
@@ -80,8 +80,10 @@ class Job:
     memory: list[dict[str, Any]]
 
 
-def plan_jobs(cfg: TodEvalConfig, schemas: Schemas) -> list[Job]:
-    individuals = select_individuals(cfg, load_tod_dir(cfg.data, schemas))
+def plan_jobs(cfg: TodEvalConfig, schemas: Schemas, problems: LoadProblems | None = None) -> list[Job]:
+    """The sessions to run. Unless `cfg.strict`, foreign slots and unreadable files are recorded in `problems`."""
+    lenient = None if cfg.strict else (problems if problems is not None else LoadProblems())
+    individuals = select_individuals(cfg, load_tod_dir(cfg.data, schemas, lenient))
     banks = load_memory_banks(cfg.data, individuals, schemas)
     jobs = [
         Job(
@@ -225,10 +227,13 @@ class SessionRunner:
 # --- driver -------------------------------------------------------------------------------------------------------
 
 
-def run_tod(cfg: TodEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
-    """Run (or resume) the evaluation into `out`; return the records of the chosen sessions."""
+def run_tod(
+    cfg: TodEvalConfig, out: Path, console: Console, problems: LoadProblems | None = None
+) -> list[dict[str, Any]]:
+    """Run (or resume) the evaluation into `out`; return the records of the chosen sessions. What loading the data
+    dropped or skipped goes to `problems`."""
     schemas = load_schemas(cfg.schema_path())
-    jobs = plan_jobs(cfg, schemas)
+    jobs = plan_jobs(cfg, schemas, problems)
     if not jobs:
         raise MemrlError(f"{cfg.data}: the chosen individuals have no confirming session to evaluate")
     schedule: Schedule[Job, None] = Schedule(

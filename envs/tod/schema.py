@@ -1,12 +1,17 @@
 """SGD service schemas: slots and intents of each service, read from one or more `schema.json` files.
 
+The MS-TOD release names a service without SGD's version suffix (`Restaurants`, not `Restaurants_1`). Such a bare
+name resolves to the family of its versions, merged: the slots of every version together (the first version that
+defines a slot gives its spec), and each intent with the slots it has in any version.
+
 A generated MS-TOD folder carries its own `schema.json` (only the services its tasks use), so the judger data and the
 evaluation read the slot descriptions from the same place the generator did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,28 +101,101 @@ def _service(record: Mapping[str, Any], where: str) -> ServiceSchema:
     return ServiceSchema(name, str(record.get("description", "")), slots, intents, dict(record))
 
 
+_VERSION = re.compile(r"^(?P<family>.+)_(?P<version>\d+)$")
+
+
+def _merged_intent(name: str, versions: Sequence[IntentSpec]) -> IntentSpec:
+    def united(parts: Iterable[Iterable[str]]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(x for part in parts for x in part))
+
+    required = united(i.required_slots for i in versions)
+    optional: dict[str, str] = {}
+    for intent in versions:
+        for slot, default in intent.optional_slots.items():
+            if slot not in required:
+                optional.setdefault(slot, default)
+    return IntentSpec(
+        name,
+        versions[0].description,
+        required,
+        optional,
+        united(i.result_slots for i in versions),
+        any(i.is_transactional for i in versions),
+    )
+
+
+def merge_family(family: str, versions: Sequence[ServiceSchema]) -> ServiceSchema:
+    """One service named `family` holding the slots and intents of all its `versions` (in version order)."""
+    slots: dict[str, SlotSpec] = {}
+    for version in versions:
+        for slot in version.slots.values():
+            slots.setdefault(slot.name, slot)
+    names = dict.fromkeys(i for v in versions for i in v.intents)
+    intents = {n: _merged_intent(n, [v.intents[n] for v in versions if n in v.intents]) for n in names}
+    slot_records = {s["name"]: s for v in versions for s in reversed(v.raw.get("slots", ()))}  # first version wins
+    raw = {
+        "service_name": family,
+        "description": versions[0].description,
+        "slots": [slot_records[n] for n in slots if n in slot_records],
+        "intents": [
+            {
+                "name": i.name,
+                "description": i.description,
+                "is_transactional": i.is_transactional,
+                "required_slots": list(i.required_slots),
+                "optional_slots": dict(i.optional_slots),
+                "result_slots": list(i.result_slots),
+            }
+            for i in intents.values()
+        ],
+    }
+    return ServiceSchema(family, versions[0].description, slots, intents, raw)
+
+
+def families(services: Iterable[ServiceSchema]) -> dict[str, ServiceSchema]:
+    """Bare family name -> its versions merged, for every family with a versioned service."""
+    grouped: dict[str, list[tuple[int, ServiceSchema]]] = {}
+    for service in services:
+        if match := _VERSION.match(service.name):
+            grouped.setdefault(match["family"], []).append((int(match["version"]), service))
+    return {
+        family: merge_family(family, [s for _, s in sorted(versions, key=lambda v: v[0])])
+        for family, versions in grouped.items()
+    }
+
+
 class Schemas:
-    """Services by name; lookups of an unknown service, intent or slot fail in one line with a suggestion."""
+    """Services by name; lookups of an unknown service, intent or slot fail in one line with a suggestion.
+
+    `services` holds the services as the files name them; a bare family name (`Restaurants`) that no file names
+    resolves to the family's versions merged (`families`), everywhere a service is looked up.
+    """
 
     def __init__(self, services: Iterable[ServiceSchema] = ()) -> None:
         self.services: dict[str, ServiceSchema] = {}
         for s in services:
             self.services.setdefault(s.name, s)  # SGD repeats a service across splits, identically
+        self.families = {k: v for k, v in families(self.services.values()).items() if k not in self.services}
+
+    def _find(self, name: object) -> ServiceSchema | None:
+        if not isinstance(name, str):
+            return None
+        return self.services.get(name) or self.families.get(name)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.services
+        return self._find(name) is not None
 
     def __len__(self) -> int:
         return len(self.services)
 
     def service(self, name: str) -> ServiceSchema:
-        try:
-            return self.services[name]
-        except KeyError:
-            hint = closest(name, self.services)
+        found = self._find(name)
+        if found is None:
+            hint = closest(name, [*self.services, *self.families])
             raise TodDataError(
                 f"service {name!r} is not in the schema" + (f" (did you mean {hint!r}?)" if hint else "")
-            ) from None
+            )
+        return found
 
     def intent(self, service: str, intent: str) -> IntentSpec:
         spec = self.service(service)
@@ -134,7 +212,8 @@ class Schemas:
             raise TodDataError(f"slot {slot!r} is not a slot of service {service!r}") from None
 
     def has_slot(self, service: str, slot: str) -> bool:
-        return service in self.services and slot in self.services[service].slots
+        found = self._find(service)
+        return found is not None and slot in found.slots
 
     def subset(self, names: Iterable[str]) -> Schemas:
         return Schemas(self.service(n) for n in sorted(set(names)))

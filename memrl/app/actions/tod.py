@@ -55,7 +55,14 @@ class JudgerData(StrictModel):
         default=None, gt=0, lt=1, description="share of individuals held out (default 0.2)"
     )
     seed: int = 0
-    schema_file: Path | None = Field(default=None, description="SGD schema.json; default: TOD_DIR/schema.json")
+    schema_file: Path | None = Field(
+        default=None,
+        description="SGD schema.json, or an SGD folder (its train/dev/test schemas merged); "
+        "default: TOD_DIR/schema.json",
+    )
+    strict: bool = Field(
+        default=False, description="fail on the first foreign slot or unreadable file instead of dropping and counting"
+    )
 
     @model_validator(mode="after")
     def _one_split(self) -> JudgerData:
@@ -67,9 +74,11 @@ class JudgerData(StrictModel):
 def build_judger_data(cfg: JudgerData, out: Path, console: Console) -> dict[str, Any]:
     from memrl.data_gen.judger import build_judger_dataset
 
-    stats = build_judger_dataset(cfg.tod_dir, out, cfg.eval_individuals, cfg.eval_fraction, cfg.seed, cfg.schema_file)
+    stats = build_judger_dataset(
+        cfg.tod_dir, out, cfg.eval_individuals, cfg.eval_fraction, cfg.seed, cfg.schema_file, cfg.strict
+    )
     keys = ("rows", "queries", "individuals", "positives", "negatives", "positive_rate", "negatives_by_kind")
-    return {split: {k: stats[split][k] for k in keys} for split in ("train", "eval")}
+    return {split: {k: stats[split][k] for k in keys} for split in ("train", "eval")} | {"problems": stats["problems"]}
 
 
 JUDGER_DATA = Action(
@@ -84,15 +93,15 @@ JUDGER_DATA = Action(
 # ---- eval tod ----------------------------------------------------------------------------------------------------
 
 # What may change between a run and its resumption: which individuals, and how the work is spread.
-RESUMABLE_CHANGES = {"individuals", "sessions", "split_from", "workers", "max_in_flight", "ray_address"}
+RESUMABLE_CHANGES = {"individuals", "sessions", "split_from", "workers", "max_in_flight", "ray_address", "strict"}
 
 
 def _check_inputs(cfg: TodEvalConfig) -> None:
     """Paths the workers will read, checked before any model or Ray starts."""
     if not cfg.data.is_dir():
         raise ConfigError(f"--data {cfg.data}: not a folder")
-    if not cfg.schema_path().is_file():
-        raise ConfigError(f"{cfg.schema_path()}: no schema.json (pass --schema)")
+    if not cfg.schema_path().exists():
+        raise ConfigError(f"{cfg.schema_path()}: no schema (pass --schema with an SGD schema.json or an SGD folder)")
     if cfg.judger is not None and not cfg.judger.is_dir():
         raise ConfigError(f"--judger {cfg.judger}: not a folder (a trained judger, or `none`)")
     if cfg.reader == "template" and cfg.llm_roles() and cfg.llm is None:
@@ -125,13 +134,15 @@ def _setup(cfg: TodEvalConfig) -> dict[str, Any]:
 
 def evaluate_tod(cfg: TodEvalConfig, out: Path, console: Console) -> dict[str, Any]:
     from memrl.envs.actors import claim_output
+    from memrl.envs.tod.formats import LoadProblems
     from memrl.envs.tod.metrics import compute_metrics
     from memrl.envs.tod.runner import SESSIONS_FILE, run_tod
 
     _check_inputs(cfg)
     claim_output(out, cfg, may_change=RESUMABLE_CHANGES)
-    records = run_tod(cfg, out, console)
-    metrics = compute_metrics(records) | {"setup": _setup(cfg)}
+    problems = LoadProblems()
+    records = run_tod(cfg, out, console, problems)
+    metrics = compute_metrics(records) | {"setup": _setup(cfg), "problems": problems.summary()}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     console.print(f"wrote {out / SESSIONS_FILE}, {out / 'metrics.json'}")
     return metrics
