@@ -10,7 +10,6 @@ Layout under `out`:
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -149,8 +148,7 @@ def build_tod_dataset(
     return stats, gen
 
 
-def summary_line(stats: dict[str, Any], gen: GenerationStats) -> str:
+def summary(stats: dict[str, Any], gen: GenerationStats) -> dict[str, Any]:
+    """What `memrl data tod` prints: the dataset's sizes and this run's resumed and skipped work."""
     keys = ("individuals", "tasks", "sessions", "turns", "goals_available", "writer_fallbacks", "memory_failures")
-    return json.dumps(
-        {**{k: stats[k] for k in keys}, "resumed_sessions": gen.resumed_sessions, "skipped": gen.skipped_individuals}
-    )
+    return {**{k: stats[k] for k in keys}, "resumed_sessions": gen.resumed_sessions, "skipped": gen.skipped_individuals}

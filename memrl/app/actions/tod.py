@@ -29,11 +29,11 @@ class TodData(StrictModel):
 
 
 def build_tod_data(cfg: TodData, out: Path, console: Console) -> dict[str, Any]:
-    from memrl.data_gen.tod import TodDataConfig, build_tod_dataset, summary_line
+    from memrl.data_gen.tod import TodDataConfig, build_tod_dataset, summary
 
     spec = TodDataConfig(str(cfg.sgd_dir), cfg.individuals, cfg.tasks_per_individual, cfg.writer, cfg.memory, cfg.seed)
     stats, gen = build_tod_dataset(spec, out)
-    return dict(json.loads(summary_line(stats, gen)))
+    return summary(stats, gen)
 
 
 TOD_DATA = Action(

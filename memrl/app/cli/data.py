@@ -18,11 +18,6 @@ class Gold(StrEnum):
     TEACHER = "teacher"
 
 
-@data_app.callback()
-def _data() -> None:
-    """Keep `reflection` a subcommand even while it is the only one."""
-
-
 @data_app.command("reflection")
 def reflection(
     train_sessions: Annotated[
