@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 2
 # Pinned everywhere, package build environments included, or pip pulls a CUDA torch of several GB.
 export PIP_CONSTRAINT := $(CURDIR)/constraints/cpu.txt
 
-.PHONY: setup quickstart test pytest test-fast lint typecheck llamafactory bench clean
+.PHONY: setup quickstart test pytest test-fast lint typecheck llamafactory lock-gpu bench clean
 
 setup: $(VENV)/.installed
 
@@ -51,6 +51,10 @@ typecheck: setup
 
 llamafactory: setup
 	$(MEMRL) env llamafactory
+
+# constraints/gpu.txt: what `pip install ".[gpu]"` resolves to on linux x86_64 with CUDA wheels (no install).
+lock-gpu: setup
+	$(PY) tools/lock_gpu.py
 
 # The performance ratios of benchmarks/ on CPU (a few minutes on 2 cores): benchmarks/results/*.json and bench.md.
 bench: setup

@@ -66,7 +66,6 @@ def _scorer(base: str, cache_dir: Path | None, concurrency: int) -> Any:
         model=model,
         cache=cache_dir is not None,
         cache_dir=str(cache_dir) if cache_dir else None,
-        concurrency=concurrency,
     )
     return RewardScorer(RewardConfig(judge=judge))
 
@@ -121,7 +120,9 @@ def run(n: int, concurrency: int, latency: float) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=64, help="reflections scored in each pass")
-    parser.add_argument("--concurrency", type=int, default=8, help="judge requests in flight (JudgeConfig default)")
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="judge requests in flight (the judge model's max_concurrency)"
+    )
     parser.add_argument("--latency", type=float, default=0.05, help="seconds the server waits before each reply")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()

@@ -27,8 +27,9 @@ HERE = Path(__file__).parent
 BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "collab_overhead": ([], ["--users", "8", "--sessions", "2"]),
     "judge_throughput": ([], ["--samples", "32"]),
-    "judger_scoring": ([], ["--pairs", "32"]),
+    "judger_scoring": ([], ["--pairs", "32", "--repeats", "2"]),
     "pahf_memory": ([], ["--quick"]),
+    "rollout_overhead": ([], ["--users", "8", "--sessions", "2", "--repeats", "2"]),
 }
 
 Row = tuple[str, str, str, str]  # measurement, what it compares, ratio, detail
@@ -81,15 +82,27 @@ def _judge_rows(r: dict[str, Any]) -> list[Row]:
 
 
 def _judger_rows(r: dict[str, Any]) -> list[Row]:
-    return [
-        (
-            "memory judger (MiniLM cross-encoder), batched",
-            f"pairs/s, `JudgerScorer.score` batch {r['batch_size']} / one pair per call ({r['pairs']} pairs)",
-            f"{r['batched_over_one_at_a_time']:.2f}x",
-            f"{r['batched']['pairs_per_second']:.0f} vs {r['one_at_a_time']['pairs_per_second']:.0f} pairs/s; "
-            f"{r['torch_threads']} torch threads",
-        )
-    ]
+    rows: list[Row] = []
+    for head, h in r["heads"].items():
+        pps = {k: h[k]["pairs_per_second"] for k in ("batched", "bare_forward", "one_at_a_time")}
+        name = f"memory judger, {head} ({h['base']})"
+        rows += [
+            (
+                f"{name}, batched vs bare forward",
+                f"pairs/s, `JudgerScorer.score` batch {r['batch_size']} / the model's forward alone on the same "
+                f"padded batches ({r['pairs']} pairs)",
+                f"{h['batched_over_bare_forward']:.2f}",
+                f"{pps['batched']:.0f} vs {pps['bare_forward']:.0f} pairs/s; "
+                f"{h['padded_tokens']} padded tokens for {h['tokens']}",
+            ),
+            (
+                f"{name}, batched vs one at a time",
+                f"pairs/s, batch {r['batch_size']} / one pair per `score` call",
+                f"{h['batched_over_one_at_a_time']:.2f}x",
+                f"{pps['batched']:.0f} vs {pps['one_at_a_time']:.0f} pairs/s; {r['torch_threads']} torch threads",
+            ),
+        ]
+    return rows
 
 
 def _pahf_rows(r: dict[str, Any]) -> list[Row]:
@@ -104,11 +117,25 @@ def _pahf_rows(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _rollout_rows(r: dict[str, Any]) -> list[Row]:
+    return [
+        (
+            "online-RL rollout path (train/online Player)",
+            f"episodes/s, Player / bare `play` loop over the same {r['episodes']} collab episodes (scripted "
+            f"zero-latency policy, rule user, {r['max_turns']} turns)",
+            f"{r['rollout_over_bare']:.2f}",
+            f"{r['rollout_episodes_per_second']:.0f} vs {r['bare_episodes_per_second']:.0f} episodes/s, batches of "
+            f"{r['batch']}; target >= 0.8",
+        )
+    ]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "collab_overhead": _collab_rows,
     "judge_throughput": _judge_rows,
     "judger_scoring": _judger_rows,
     "pahf_memory": _pahf_rows,
+    "rollout_overhead": _rollout_rows,
 }
 
 

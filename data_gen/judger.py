@@ -15,14 +15,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memrl.core.errors import MemrlError
-from memrl.core.files import atomic_write_json, atomic_writer
+from memrl.core.errors import ConfigError, MemrlError
+from memrl.core.files import atomic_write_json, atomic_writer, open_text
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 from memrl.envs.tod.formats import Individual, LoadProblems, Session, as_dicts, load_tod_dir
 from memrl.envs.tod.labels import NEGATIVE_KINDS, label
-from memrl.envs.tod.memory import MemoryBank, load_memory_banks
+from memrl.envs.tod.memory import (
+    LLMMemoryBuilder,
+    MemoryBank,
+    MemoryBuilder,
+    TemplateMemoryBuilder,
+    load_memory_banks,
+    memory_coverage,
+)
 from memrl.envs.tod.reasoning import filled_slots, schema_intent_query, schema_missing_slots
 from memrl.envs.tod.schema import Schemas, TodDataError, load_schemas
+from memrl.rollout.base import SamplingParams
 
 SPLITS = ("train", "eval")
 
@@ -129,16 +137,33 @@ def write_rows(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    with Path(path).open(encoding="utf-8") as f:
+    with open_text(path, ConfigError) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def tod_schemas(tod_dir: str | Path, schema: str | Path | None = None) -> Schemas:
+def schema_path(tod_dir: str | Path, schema: str | Path | None = None) -> Path:
     """`schema` (an SGD schema.json, or an SGD folder: its train/dev/test schemas merged), else TOD_DIR/schema.json."""
     path = Path(schema) if schema is not None else Path(tod_dir) / "schema.json"
     if not path.exists():
         raise TodDataError(f"{path}: schema not found (pass --schema with an SGD schema.json or an SGD folder)")
-    return load_schemas(path)
+    return path
+
+
+def tod_schemas(tod_dir: str | Path, schema: str | Path | None = None) -> Schemas:
+    return load_schemas(schema_path(tod_dir, schema))
+
+
+def memory_builder(schema: Path, writer: str | None, seed: int = 0) -> MemoryBuilder:
+    """The memory writer for sessions without a stored bank: the text extractor (its lexicon from the SGD dialogues
+    beside `schema`), or the LLM writer `writer` (MODEL or MODEL@URL) with the extractor as its per-session fallback."""
+    offline = TemplateMemoryBuilder(lexicon_from=schema)
+    if writer is None:
+        return offline
+    from memrl.rollout.builder import build_backend
+    from memrl.rollout.config import model_from_spec
+
+    params = SamplingParams(temperature=0.0, max_tokens=384, seed=seed)
+    return LLMMemoryBuilder(build_backend(model_from_spec(writer)), params, template=offline)
 
 
 def build_judger_dataset(
@@ -149,16 +174,20 @@ def build_judger_dataset(
     seed: int = 0,
     schema: str | Path | None = None,
     strict: bool = False,
+    memory_writer: str | None = None,
 ) -> dict[str, Any]:
     """Rows for every confirming session of `tod_dir`, split by individual, written under `out`; returns the stats.
 
     Lenient by default: foreign slots are dropped and unreadable files skipped, both counted and named in the
-    stats' `problems`; `strict` fails on the first of them instead.
+    stats' `problems`; `strict` fails on the first of them instead. Without a stored `memory/` bank, memory is
+    written from each session's words (`memory_builder`); `stats["memory"]` says how many confirmed values it holds.
     """
-    schemas = tod_schemas(tod_dir, schema)
+    path = schema_path(tod_dir, schema)
+    schemas = load_schemas(path)
     problems = None if strict else LoadProblems()
     individuals = load_tod_dir(tod_dir, schemas, problems)
-    banks = load_memory_banks(tod_dir, individuals, schemas)
+    builder = memory_builder(path, memory_writer, seed)
+    banks = load_memory_banks(tod_dir, individuals, schemas, builder)
     train_ids, eval_ids = split_individuals([i.persona_id for i in individuals], eval_individuals, eval_fraction, seed)
     by_id = {i.persona_id: i for i in individuals}
     splits = {
@@ -178,6 +207,11 @@ def build_judger_dataset(
         "seed": seed,
         "individuals": {"train": train_ids, "eval": eval_ids},
         **{name: split_stats(rows) for name, rows in splits.items()},
+        "memory": {
+            "writer": memory_writer or "text",
+            "writer_failures": builder.failures,
+            **memory_coverage(individuals, banks),
+        },
         "problems": (problems or LoadProblems()).summary(),
     }
     atomic_write_json(out / "stats.json", stats)

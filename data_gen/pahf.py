@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError
-from memrl.core.jsonl import ResumableJsonl
+from memrl.core.files import read_jsonl
 from memrl.data_gen.writers import SFT_SCHEMA, write_jsonl, write_parquet
 from memrl.envs.pahf import prompts
 
@@ -129,10 +129,15 @@ def build_pahf_dataset(run_dir: Path, out_dir: Path, eval_users: int) -> dict[st
     path = run_dir / "tasks.jsonl"
     if not path.is_file():
         raise ConfigError(f"{path} does not exist (run `memrl eval pahf --domain shopping --out {run_dir}` first)")
-    tasks = list(ResumableJsonl(path).records())
-    users = sorted({t["user"] for t in tasks})
+    tasks = read_jsonl(path, ConfigError)  # read only: the run is the user's, a torn last line stays on disk
+    if not tasks:
+        raise ConfigError(f"{path}: no task records")
+    try:
+        users = sorted({t["user"] for t in tasks})
+        records, skipped = build_records(tasks)
+    except (KeyError, TypeError) as exc:  # a record of another shape: what it lacks is the useful part
+        raise ConfigError(f"{path}: not a PAHF shopping run's tasks (a record lacks or mistypes {exc})") from None
     train_users, _ = split_users(users, eval_users)
-    records, skipped = build_records(tasks)
     splits = {
         "train": [r for r in records if r.user in train_users],
         "eval": [r for r in records if r.user not in train_users],

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memrl.core.errors import ConfigError
+from memrl.core.files import open_text
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 from memrl.data_gen.gold import NOTES, compose_notes, compose_reasoning, gold_json
 from memrl.data_gen.records import ReflectionRecord
@@ -79,7 +80,7 @@ def load_sessions(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise ConfigError(f"sessions file not found: {path}")
     records = []
-    with path.open(encoding="utf-8") as f:
+    with open_text(path, ConfigError) as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import time
@@ -12,9 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel
-
-from memrl.core.errors import ConfigError, MemrlError, first_line
+from memrl.core.errors import MemrlError, first_line
 from memrl.core.jsonl import ResumableJsonl
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 from memrl.rollout.serve import LocalServer, free_port, pick_engine, shared_server_args
@@ -230,20 +227,3 @@ def endpoint_server(
         return served[cfg.model]
 
     return endpoint
-
-
-def claim_output(out: Path, cfg: BaseModel, may_change: Collection[str]) -> None:
-    """Save the run's config in `out`, refusing a folder that holds a run with another setup.
-
-    Only the keys in `may_change` (how much to run, how the work is spread) may differ on resumption; anything
-    else would mix sessions of two experiments in one file.
-    """
-    saved = out / "config.json"
-    now = json.loads(cfg.model_dump_json())
-    if saved.is_file():
-        before = json.loads(saved.read_text())
-        changed = sorted(k for k in now.keys() - set(may_change) if before.get(k) != now[k])
-        if changed:
-            raise ConfigError(f"{out} holds a run with different {', '.join(changed)}; use another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    saved.write_text(cfg.model_dump_json(indent=2) + "\n")

@@ -13,8 +13,11 @@ environment:
   once more on the restarted worker (`InFlight`);
 - faults: an item whose model endpoint failed after the client's retries goes to `failed.jsonl` and stops its
   chain for this run (later items need its state); a rerun runs it again; a run where items failed and none
-  finished raises the first failure as one line;
-- a progress bar over all planned items, and the `EnvRun` the caller reports from.
+  finished returns a `DrivenRun` whose `check()` raises the first failure as one line (after the caller has
+  written its metrics, so that they say what the folder holds);
+- a records file holding a key twice (written by an older memrl, or two runs at once before folders were held)
+  counts it once;
+- a progress bar over all planned items, and the `DrivenRun` the caller reports from.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from rich.console import Console
 
+from memrl.core.errors import MemrlError
 from memrl.core.jsonl import ResumableJsonl
 from memrl.core.progress import progress
 from memrl.envs.actors import EnvRun, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
@@ -90,6 +94,18 @@ class Spread(Protocol):
 
 
 @dataclass
+class DrivenRun(EnvRun):
+    """What a run left in its folder, and why it failed as a whole, if it did: work failed and none finished."""
+
+    fault: str | None = None
+
+    def check(self) -> None:
+        """Raise the run's fault, if any (the caller reports the folder first)."""
+        if self.fault is not None:
+            raise MemrlError(self.fault)
+
+
+@dataclass
 class _Left(Generic[Item, State]):
     """A chain's items still to run this run, and the state the next one needs."""
 
@@ -133,11 +149,11 @@ def drive(
     chains: Sequence[Chain[Item, State]],
     schedule: Schedule[Item, State],
     world: World[Roles],
-) -> EnvRun:
+) -> DrivenRun:
     """Run (or resume) `chains` into `out / records`; `label` names the work on the progress bar."""
     out.mkdir(parents=True, exist_ok=True)
     sink = ResumableJsonl(out / records, key="key")
-    todo = resume(chains, schedule, {str(r["key"]): r for r in sink.records()})
+    todo = resume(chains, schedule, sink.latest())
     planned = sum(len(chain.items) for chain in chains)
     n_workers = min(cfg.workers or min(len(chains), os.cpu_count() or 1, MAX_DEFAULT_WORKERS), max(len(todo), 1))
     failures = FailedWork(out, console)
@@ -187,5 +203,10 @@ def drive(
                     if chain.items:
                         submit(chain)
                 start_chains()
+    try:
         failures.check(finished)
-    return EnvRun(list(sink.records()), FailedWork.outstanding(out, sink.done), planned, in_flight.retried)
+        fault = None
+    except MemrlError as exc:
+        fault = str(exc)
+    outstanding = FailedWork.outstanding(out, sink.done)
+    return DrivenRun(list(sink.latest().values()), outstanding, planned, in_flight.retried, fault)

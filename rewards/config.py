@@ -9,7 +9,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model
 
 from memrl.core import models
 from memrl.core.schema import StrictModel
-from memrl.rollout.config import ModelConfig, SamplingConfig
+from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
 
 
 def default_cache_dir() -> Path:
@@ -17,14 +17,16 @@ def default_cache_dir() -> Path:
 
 
 class JudgeConfig(StrictModel):
-    """Which judge grades coverage: `offline` (MiniLM + taxonomy, deterministic) or `llm` (any backend)."""
+    """Which judge grades coverage: `offline` (MiniLM + taxonomy, deterministic) or `llm` (any backend).
+
+    An llm judge over an endpoint keeps at most `model.max_concurrency` requests in flight: that one setting.
+    """
 
     kind: Literal["offline", "llm"] = "offline"
     model: ModelConfig | None = Field(default=None, description="the judge model; required for kind llm")
     embedding_model: str = Field(default="all-minilm-l6-v2", description="offline judge: sentence embedding model")
     cache_dir: str | None = Field(default=None, description="llm verdict cache; default <memrl cache>/judge")
     cache: bool = True
-    concurrency: PositiveInt = Field(default=8, description="llm judge requests in flight at most")
     retries: NonNegativeInt = Field(default=2, description="llm judge re-asks after a malformed verdict")
     sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=0.0, max_tokens=256))
     few_shot: bool = Field(default=True, description="llm judge: show one worked example before each item")
@@ -52,8 +54,35 @@ class LengthPenaltyConfig(StrictModel):
     target: Literal["notes", "completion"] = "notes"
 
 
+class OutcomeRewardConfig(StrictModel):
+    """The next-session outcome reward (memrl.envs.collab.next_session): the reflection's notes go to an agent in the
+    user's next session with the rule user; the reward is the share of the agent's replies that violate none of the
+    user's preferences, minus the same share in that session played with no notes. Its `weight` joins the total."""
+
+    weight: float = Field(default=1.0, description="weight of the outcome in the total reward")
+    agent: ModelConfig = Field(
+        default=HFModelConfig(backend="hf", model="smollm2"), description="the agent that reads the notes"
+    )
+    sampling: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=96, seed=0)
+    max_turns: PositiveInt = Field(default=2, description="agent replies per next session")
+    problems: Path | None = Field(default=None, description="problem file of the rows' task; default: shipped/hub")
+    seed: int = Field(default=0, description="seed of the next problem drawn per row and of the rule user")
+    judge: ModelConfig | None = Field(
+        default=None, description="LLM judge of judge-only preferences (narrative, intuitive); null: left undecided"
+    )
+    data: str | None = Field(
+        default=None,
+        description="reflection_data folder whose train/eval.jsonl name each row's user; default: the "
+        "stage's data (TRL); required for verl",
+    )
+    cache_size: NonNegativeInt = Field(default=65536, description="sessions kept in memory by (notes, row); 0: off")
+    workers: PositiveInt | None = Field(default=None, description="play the sessions on this many Ray actors")
+    ray_address: str | None = Field(default=None, description="Ray cluster of the actors; default: a local Ray")
+
+
 class RewardConfig(StrictModel):
-    """Total reward = coverage_weight * coverage + format_weight * format - length penalty."""
+    """Total reward = coverage_weight * coverage + format_weight * format - length penalty (+ outcome weight *
+    outcome, where `outcome` is set and the trainer's adapter adds it)."""
 
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     coverage_weight: float = 1.0
@@ -62,3 +91,4 @@ class RewardConfig(StrictModel):
     # Grade a reply with no JSON contract as plain notes (the CLI does); in training such a reply is discarded by
     # the agent, so its notes are "" and coverage is 0.
     plain_text_notes: bool = False
+    outcome: OutcomeRewardConfig | None = Field(default=None, description="the next-session outcome reward, mixed in")

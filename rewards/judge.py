@@ -37,7 +37,6 @@ def build_judge(cfg: JudgeConfig) -> Judge:
         build_backend(cfg.model),
         name,
         sampling=cfg.sampling.params(),
-        concurrency=cfg.concurrency,
         retries=cfg.retries,
         cache=cache,
         few_shot=cfg.few_shot,

@@ -1,7 +1,8 @@
 """LLM coverage judge: the paper's 0-3 rubric (coverage, actionability, no hallucination, clarity), our wording.
 
-Requests go out concurrently (at most `concurrency` in flight) through backends with native async I/O, or in
-batches of `backend.batch_size` through backends that batch natively (local transformers, vLLM). A reply that
+Requests go out all at once through backends with native async I/O, whose own bound (the model block's
+`max_concurrency`) is the one limit on requests in flight, or in batches of `backend.batch_size` through backends
+that batch natively (local transformers, vLLM). A reply that
 is not a JSON verdict is asked again up to `retries` times (at a non-zero temperature, since a greedy re-ask
 repeats itself); HTTP-level retries stay in the backend's client. An item still malformed after that, or whose
 request failed, gets None: the caller counts it and never trains on a made-up score. Successful verdicts are
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -129,7 +129,6 @@ class LLMJudge:
         backend: ChatBackend,
         name: str,
         sampling: SamplingParams | None = None,
-        concurrency: int = 8,
         retries: int = 2,
         cache: JudgeCache | None = None,
         few_shot: bool = True,
@@ -137,22 +136,10 @@ class LLMJudge:
         self.backend = backend
         self.name = name
         self.sampling = sampling or SamplingParams(temperature=0.0, max_tokens=256)
-        self.concurrency = concurrency
         self.retries = retries
         self.cache = cache
         self.few_shot = few_shot
         self.stats = JudgeStats()
-        # One bound per event loop, shared by every score_many call on it (verl may run several batches at once).
-        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def _loop_slots(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        slots = self._slots.get(loop)
-        if slots is None:
-            slots = self._slots[loop] = asyncio.Semaphore(self.concurrency)
-        return slots
 
     def _params(self, attempt: int) -> SamplingParams:
         if attempt == 0:
@@ -164,15 +151,15 @@ class LLMJudge:
         """One reply per prompt; None where the request itself failed (after the backend's own retries)."""
         self.stats.requests += len(prompts)
         if _native_async(self.backend):
-            slots = self._loop_slots()
+            # No bound here: the backend's own (per event loop, shared by every batch on it) is the only one, so
+            # the recipe's `max_concurrency` is what reaches the server.
 
             async def one(messages: list[Message]) -> str | None:
-                async with slots:
-                    try:
-                        return (await self.backend.achat(messages, params)).text
-                    except BackendError as exc:
-                        log.warning("judge request failed: %s", exc)
-                        return None
+                try:
+                    return (await self.backend.achat(messages, params)).text
+                except BackendError as exc:
+                    log.warning("judge request failed: %s", exc)
+                    return None
 
             return list(await asyncio.gather(*(one(m) for m in prompts)))
         out: list[str | None] = []

@@ -8,22 +8,27 @@ The parts share one RewardScorer and TRL calls them one after another on the sam
 per batch: the first function scores it, the others read the cached parts. `length_penalty` returns the penalty
 as a negative number, so every weight is positive and the weighted sum equals the scorer's total.
 
-A sample whose judge failed gets None from every function: TRL then treats it as unscorable (left out of the
-group baseline, advantage 0) instead of training on a partial reward; `judge_failures` is logged per batch.
+A sample whose judge failed gets None from every function. TRL 1.16 (`GRPOTrainer._generate_and_score_completions`)
+marks a row whose every function returned None unscorable: its reward is NaN, the group mean and std are nan-aware
+(computed over the judged samples only) and its advantage is 0, exactly as if it were absent from the group. verl
+gets the same through `memrl.rewards.verl_advantage`. The failed samples of each batch are logged as
+`reward/judge_failed` (a count, averaged over the logging step).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from memrl.rewards.config import RewardConfig
 from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import RewardParts
 
-if TYPE_CHECKING:  # TRL's own alias, so the list is exactly what GRPOTrainer(reward_funcs=...) takes
-    from trl.trainer.grpo_trainer import RewardFunc
+JUDGE_FAILED_METRIC = "reward/judge_failed"
+
+# TRL 1.16 accepts async reward functions, but its `RewardFunc` alias names only sync ones.
+RewardFunc = Callable[..., Any]
 
 
 def completion_text(completion: Any) -> str:
@@ -42,63 +47,66 @@ def completion_text(completion: Any) -> str:
 
 
 class _SharedParts:
-    """Scores a batch once and serves the cached parts to the other reward functions of the same batch."""
+    """Scores a batch once and serves the parts to the other reward functions of the same batch.
+
+    TRL gathers its async reward functions on one event loop, so the first call starts the scoring task and the
+    others await that same task.
+    """
 
     def __init__(self, scorer: RewardScorer) -> None:
         self.scorer = scorer
         self._key: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-        self._parts: list[RewardParts] = []
-        self._lock = threading.Lock()
+        self._task: asyncio.Future[list[RewardParts]] | None = None
 
-    def parts(self, completions: Sequence[Any], ground_truth: Sequence[Any]) -> tuple[list[RewardParts], bool]:
-        """(parts, fresh): fresh is True when this call ran the judge."""
+    async def parts(
+        self, completions: Sequence[Any], ground_truth: Sequence[Any], kwargs: dict[str, Any]
+    ) -> list[RewardParts]:
         texts = tuple(completion_text(c) for c in completions)
         truths = tuple(t if isinstance(t, str) else repr(t) for t in ground_truth)
-        with self._lock:
-            if self._key == (texts, truths):
-                return self._parts, False
-            self._parts = self.scorer.score(list(texts), list(ground_truth))
+        task = self._task
+        # A task of another event loop cannot be awaited here unless it is already done.
+        stale = task is None or (not task.done() and task.get_loop() is not asyncio.get_running_loop())
+        if self._key != (texts, truths) or stale:
+            task = self._task = asyncio.ensure_future(self._score(list(texts), list(ground_truth), kwargs))
             self._key = (texts, truths)
-            return self._parts, True
+        assert task is not None
+        return await task
 
-
-def _log(kwargs: dict[str, Any], parts: list[RewardParts], scorer: RewardScorer) -> None:
-    log_metric = kwargs.get("log_metric")
-    if callable(log_metric):  # TRL >= 1.x passes it to reward functions
-        log_metric("judge_failures", float(scorer.last_batch_failures))
-        tokens = [p.notes_tokens for p in parts]
-        log_metric("notes_tokens", sum(tokens) / max(1, len(tokens)))
+    async def _score(self, texts: list[str], ground_truth: list[Any], kwargs: dict[str, Any]) -> list[RewardParts]:
+        parts = await self.scorer.ascore(texts, ground_truth)
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):  # TRL >= 1.x passes it to reward functions; it averages values over a logging step
+            log_metric(JUDGE_FAILED_METRIC, float(sum(p.judge_failed for p in parts)))
+            tokens = [p.notes_tokens for p in parts]
+            log_metric("reward/notes_tokens", sum(tokens) / max(1, len(tokens)))
+        return parts
 
 
 def reward_funcs(cfg: RewardConfig | None = None, scorer: RewardScorer | None = None) -> list[RewardFunc]:
     """[coverage, format] (+ length_penalty when configured), in the order `reward_weights` expects.
 
+    Async functions: TRL 1.16 runs them on its own event loop thread, so the judge's requests go out on that loop.
     Pass `scorer` to share one already built (its config then decides the parts).
     """
     scorer = scorer or RewardScorer(cfg or RewardConfig())
     cfg = scorer.cfg
     shared = _SharedParts(scorer)
 
-    def scored(completions: Sequence[Any], ground_truth: Sequence[Any], kwargs: dict[str, Any]) -> list[RewardParts]:
-        parts, fresh = shared.parts(completions, ground_truth)
-        if fresh:
-            _log(kwargs, parts, shared.scorer)
-        return parts
-
-    def coverage(
+    async def coverage(
         prompts: Sequence[Any], completions: Sequence[Any], ground_truth: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        return [p.coverage for p in scored(completions, ground_truth, kwargs)]
+        return [p.coverage for p in await shared.parts(completions, ground_truth, kwargs)]
 
-    def format(
+    async def format(
         prompts: Sequence[Any], completions: Sequence[Any], ground_truth: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        return [None if p.judge_failed else p.format for p in scored(completions, ground_truth, kwargs)]
+        return [None if p.judge_failed else p.format for p in await shared.parts(completions, ground_truth, kwargs)]
 
-    def length_penalty(
+    async def length_penalty(
         prompts: Sequence[Any], completions: Sequence[Any], ground_truth: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        return [None if p.judge_failed else -p.length_penalty for p in scored(completions, ground_truth, kwargs)]
+        parts = await shared.parts(completions, ground_truth, kwargs)
+        return [None if p.judge_failed else -p.length_penalty for p in parts]
 
     funcs: list[RewardFunc] = [coverage, format]
     if cfg.length_penalty is not None:

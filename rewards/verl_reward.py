@@ -6,20 +6,25 @@
 
 verl merges `reward_kwargs` into every call. Either `reward_config` (a RewardConfig as a mapping or a JSON string:
 what `memrl` launchers pass) or shorthand keys: `judge` (a kind, or a full JudgeConfig mapping), `model`,
-`endpoint`, `api_key`, `cache_dir`, `concurrency`, `retries`, `coverage_weight`, `format_weight`, `length_penalty`
-(a LengthPenaltyConfig mapping). Both take `failure_score`. An OpenAI-compatible judge without a key reads
+`endpoint`, `api_key`, `cache_dir`, `retries`, `coverage_weight`, `format_weight`, `length_penalty`
+(a LengthPenaltyConfig mapping), `max_concurrency` (judge requests in flight, with `endpoint`). An OpenAI-compatible
+judge without a key reads
 MEMRL_JUDGE_API_KEY. With `judge=llm` and no endpoint, a reward model that verl's reward loop serves is used
 through its router (`reward_router_address`), under `model` or the reward model's path. One RewardScorer is built
 per process and configuration, and reused.
 
-verl needs a float reward, so a sample whose judge failed after its retries gets `failure_score` (default 0.0,
-what verl's own managers give a failed reward) with `judge_failed: 1.0`, and `coverage` / `judge_score` None,
-which verl's validation metrics skip: the failure is counted in the logs, never hidden in the mean coverage.
+A sample whose judge failed after its retries has no reward: its `score` is NaN (a float, as verl requires) with
+`judge_failed: 1.0` and `coverage` / `judge_score` None. The `memrl_grpo` advantage estimator
+(`memrl.rewards.verl_advantage`) leaves NaN-scored samples out of their group and gives them advantage 0, as TRL
+does with a None reward; verl's plain `grpo` estimator would spread the NaN over the whole group, so launchers set
+`algorithm.adv_estimator=memrl_grpo`. `judge_failed` reaches verl's validation metrics (`val-aux/.../judge_failed`);
+during training the estimator logs each step's count, and verl's `critic/score/mean` reads NaN on such a step.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -36,10 +41,13 @@ from memrl.rollout.config import OpenAIModelConfig
 _SCORERS: dict[str, RewardScorer] = {}
 _LOCK = threading.Lock()
 _REWARD_KEYS = ("coverage_weight", "format_weight", "length_penalty")
-_JUDGE_KEYS = ("cache_dir", "concurrency", "retries")
-_VERL_KEYS = ("failure_score", "reward_router_address", "reward_model_tokenizer")  # never part of the config
-_SHORTHAND_KEYS = ("judge", "model", "endpoint", "api_key", *_VERL_KEYS)
+_JUDGE_KEYS = ("cache_dir", "retries")
+_VERL_KEYS = ("reward_router_address", "reward_model_tokenizer")  # never part of the config
+_SHORTHAND_KEYS = ("judge", "model", "endpoint", "api_key", "max_concurrency", *_VERL_KEYS)
 JUDGE_KEY_ENV = "MEMRL_JUDGE_API_KEY"
+# The advantage estimator that leaves NaN-scored (judge failed) samples out, and the module that registers it.
+ADV_ESTIMATOR = "memrl_grpo"
+ADV_MODULE = "memrl.rewards.verl_advantage"
 
 
 def _plain(value: Any) -> Any:
@@ -64,7 +72,8 @@ def _judge_model(kind: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
         raise ConfigError("reward_kwargs: judge=llm needs `model` (and `endpoint`, or a reward model served by verl)")
     if endpoint:
         spec = {"backend": "openai", "model": model, "endpoint": endpoint}
-        return spec | ({"api_key": kwargs["api_key"]} if kwargs.get("api_key") else {})
+        optional = {k: kwargs[k] for k in ("api_key", "max_concurrency") if kwargs.get(k)}
+        return spec | optional
     return {"backend": "hf", "model": model}
 
 
@@ -120,10 +129,11 @@ def get_scorer(kwargs: Mapping[str, Any]) -> RewardScorer:
     return scorer
 
 
-def to_verl(parts: RewardParts, failure_score: float = 0.0) -> dict[str, float | None]:
-    """The dict verl logs: `score` is always a float; the same keys for every sample (verl stacks them)."""
+def to_verl(parts: RewardParts) -> dict[str, float | None]:
+    """The dict verl logs: `score` is always a float (NaN: no verdict); the same keys for every sample (verl stacks
+    them)."""
     return {
-        "score": failure_score if parts.score is None else parts.score,
+        "score": math.nan if parts.score is None else parts.score,
         "coverage": parts.coverage,
         "format": parts.format,
         "judge_score": parts.judge_score,
@@ -144,7 +154,7 @@ def compute_score(
     """Sync reward function (verl runs it in a thread pool, one sample per call)."""
     scorer = get_scorer(kwargs)
     parts = scorer.score([solution_str], [_truth(ground_truth)])[0]
-    return to_verl(parts, float(kwargs.get("failure_score", 0.0)))
+    return to_verl(parts)
 
 
 async def compute_score_async(
@@ -153,4 +163,4 @@ async def compute_score_async(
     """Async reward function for verl's reward loop: concurrent calls are batched into one judge call."""
     scorer = get_scorer(kwargs)
     parts = await scorer.ascore_one(solution_str, _truth(ground_truth))
-    return to_verl(parts, float(kwargs.get("failure_score", 0.0)))
+    return to_verl(parts)

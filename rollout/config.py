@@ -29,7 +29,9 @@ class OpenAIModelConfig(StrictModel):
     api_key: SecretStr | None = None
     timeout: PositiveFloat = 120.0
     max_retries: int = Field(default=4, ge=0)
-    max_concurrency: PositiveInt = 16
+    max_concurrency: PositiveInt = Field(
+        default=16, description="requests in flight at most (sync and async): the one bound, judges included"
+    )
 
 
 class VLLMModelConfig(StrictModel):

@@ -1,8 +1,8 @@
 """A real two-node Ray cluster on this machine (two raylets, one with the dashboard / job server): collab actors
 spread over both nodes, `memrl launch` runs a stage as a Ray job, the dry run masks secrets, bad addresses fail.
 
-The cluster is stopped by killing the processes that carry its own temp dirs in their command line, never with
-`ray stop`, which would stop every other Ray instance on the machine as well.
+The cluster is stopped by killing the processes that carry its own temp dirs in their command line or open files,
+never with `ray stop`, which would stop every other Ray instance on the machine as well.
 """
 
 from __future__ import annotations
@@ -84,9 +84,17 @@ def _ray_processes(roots: list[Path]) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if any(mark in cmdline for mark in marks):
+        if any(mark in text for text in (cmdline, *_open_files(entry)) for mark in marks):
             pids.append(int(entry.name))
     return pids
+
+
+def _open_files(proc: Path) -> list[str]:
+    """Ray's agents rename themselves (`ray::DashboardAgent`): their open logs still say which cluster they serve."""
+    try:
+        return [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+    except OSError:
+        return []
 
 
 def _stop(roots: list[Path]) -> None:
@@ -206,6 +214,47 @@ def test_launch_runs_a_stage_as_a_ray_job(
     for path in written:
         assert SECRET.encode() not in path.read_bytes(), path
     _assert_spread(nodes, cluster)  # the job's collab actors used both nodes
+
+
+# A verl stage's Ray job, its entrypoint swapped for this probe: is the key there, and on any command line of the host?
+SECRET_PROBE = """
+import hashlib, os, pathlib
+key = os.environ.get("WANDB_API_KEY", "").encode()
+print("key ok:", hashlib.sha256(key).hexdigest() == "{digest}")
+lines = []
+for proc in pathlib.Path("/proc").iterdir():
+    try:
+        lines.append((proc / "cmdline").read_bytes())
+    except OSError:
+        pass
+print("command lines holding it:", sum(key in line for line in lines), "of", len(lines))
+"""
+
+
+@pytest.mark.slow
+def test_verl_ray_job_gets_secrets_through_no_command_line(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17.2: the job's runtime_env went through `ray job submit --runtime-env-json` with the keys filled in."""
+    import hashlib
+
+    from memrl.train import verl_launch
+    from memrl.train.config import ClusterConfig
+
+    for name, value in _env(WANDB_API_KEY=SECRET, HF_TOKEN=SECRET).items():
+        monkeypatch.setenv(name, value)
+    argv = verl_launch.verl_command("grpo", [], ClusterConfig(ray_address=cluster.dashboard), python=sys.executable)
+    probe = SECRET_PROBE.format(digest=hashlib.sha256(SECRET.encode()).hexdigest())
+    argv = [*argv[: argv.index("--") + 1], sys.executable, "-c", probe]
+    log = tmp_path / "verl.log"
+    assert verl_launch.run_verl(argv, log) == 0
+    text = log.read_text()
+    assert "key ok: True" in text  # the job got the key ...
+    assert "command lines holding it: 0 of" in text  # ... while no process on the host had it in its argv
+    out, err = capfd.readouterr()
+    assert "key ok: True" in out and "Ray job raysubmit_" in err
+    assert SECRET not in text + out + err
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
 
 
 @pytest.mark.slow

@@ -127,7 +127,8 @@ def test_llm_simulator_against_a_local_transformers_serve(
     out = tmp_path / "llm"
     result = memrl_cli(
         "eval", "collab", "--simulator", "llm", "--agent", "oracle", "--model", model, "--users", "1",
-        "--sessions", "1", "--max-turns", "2", "--max-tokens", "32", "--out", str(out), env=_env(),
+        "--sessions", "1", "--max-turns", "2", "--max-tokens", "32", "--user-max-tokens", "48", "--out", str(out),
+        env=_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     [record] = _records(out)
@@ -137,6 +138,8 @@ def test_llm_simulator_against_a_local_transformers_serve(
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["sessions"] == 1
     assert set(metrics["parse_failures"]) == {"agent", "user", "retrieval", "reflection"}
+    # The user's eight-field JSON does not fit in 48 tokens: every cut reply is counted.
+    assert metrics["truncations"]["user"] == record["truncations"]["user"] >= 1
 
 
 @pytest.mark.slow

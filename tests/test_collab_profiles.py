@@ -64,7 +64,13 @@ def test_loads_the_original_user_profiles_format(tmp_path: Path) -> None:
     path = tmp_path / "user_profiles.json"
     path.write_text(json.dumps(original))
     [profile] = load_profiles(path)
-    assert profile == UserProfile("orig-7", "A beekeeper who teaches statistics", ("blunt", "holistic", "tldr"))
+    sentences = tuple(original[0]["preferences"])
+    assert profile == UserProfile(
+        "orig-7", "A beekeeper who teaches statistics", ("blunt", "holistic", "tldr"), sentences
+    )
+    # The original sentences travel with the profile: saved, loaded back, and given to the LLM user.
+    save_profiles([profile], tmp_path / "saved.jsonl")
+    assert load_profiles(tmp_path / "saved.jsonl") == [profile]
 
 
 def test_round_trip_and_bad_files(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from memrl.core.preferences import TAXONOMY, as_prompt_text
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import AnswerKind, Problem, load_problems
 from memrl.envs.collab.profiles import UserProfile
@@ -17,7 +18,7 @@ from memrl.envs.collab.user_sim import (
     UserTurn,
     extract_answer,
 )
-from memrl.rollout.base import Message, SamplingParams
+from memrl.rollout.base import ChatBackend, Message, SamplingParams
 
 PROBLEM = Problem("arith-x", "arith", "A pen costs $3. How much do 4 pens cost?", "12", AnswerKind.MATH)
 # three-sentences and bullets are checkable; no-suggestions too.
@@ -120,3 +121,46 @@ def test_llm_user_keeps_the_contract_with_a_real_model(smollm2: str) -> None:
         assert reacted.draft_answer == opened.draft_answer
         assert not reacted.terminate
     assert backend.usage.requests == 2
+
+
+class _Recording(ChatBackend):
+    """A real backend that also keeps the conversations it was sent."""
+
+    name = "recording"
+
+    def __init__(self, inner: ChatBackend) -> None:
+        super().__init__()
+        self.inner, self.sent = inner, []  # type: ignore[var-annotated]
+
+    def generate(self, conversations, params=None):  # type: ignore[no-untyped-def]
+        self.sent.extend(conversations)
+        return self.inner.generate(conversations, params)
+
+
+def test_llm_user_hears_the_original_wording_and_counts_cut_replies(tiny_qwen2: str) -> None:
+    from memrl.rollout.hf_local import HFBackend
+
+    original = ("Answers must open with a one-line summary, e.g. 'TL;DR: 12'.", "Be blunt.", "Never suggest extras.")
+    user = UserProfile("u2", "A baker", ("blunt", "no-suggestions", "tldr"), original)
+    backend = _Recording(HFBackend(tiny_qwen2))
+    # A random tiny model never closes its JSON within 8 tokens: the reply is cut and counted.
+    session = LLMUserSimulator(backend, SamplingParams(temperature=0.0, max_tokens=8, seed=0)).start(user, PROBLEM, 4)
+    opened = asyncio.run(session.open())
+    prompt = "\n".join(m["content"] for m in backend.sent[0])
+    assert all(sentence in prompt for sentence in original)
+    assert as_prompt_text(TAXONOMY["tldr"]) not in prompt
+    assert opened.truncated and opened.parse_failed
+
+
+@pytest.mark.parametrize("original", [False, True])
+def test_the_original_rules_take_the_draft_while_enforcing_and_stop_only_on_the_token(
+    tiny_qwen2: str, original: bool
+) -> None:
+    from memrl.rollout.hf_local import HFBackend
+
+    session = LLMUserSimulator(HFBackend(tiny_qwen2), SamplingParams(max_tokens=8), original).start(USER, PROBLEM, 4)
+    enforcing = '{"response": "Be blunt.", "enforce_preferences": true, "draft_answer": "12"}'
+    said = session._parse(enforcing)  # type: ignore[attr-defined]
+    assert said.enforce and said.draft_answer == ("12" if original else INITIAL_DRAFT)
+    ending = '{"response": "Thanks!", "enforce_preferences": false, "should_terminate": true}'
+    assert session._parse(ending).terminate is not original  # type: ignore[attr-defined]

@@ -101,7 +101,7 @@ def test_overlapping_splits_are_refused() -> None:
         split_individuals([1, 2], 2)
 
 
-def test_released_file_gives_rows_by_matching() -> None:
+def test_released_file_gives_rows_from_what_was_said() -> None:
     schemas = load_schemas(FIXTURES / "sgd")
     ind = load_individual(RELEASE / "persona_1.json", schemas, LoadProblems())
     rows = individual_rows(ind, build_memory_bank(ind, schemas), schemas)
@@ -113,6 +113,9 @@ def test_released_file_gives_rows_by_matching() -> None:
         ("1/5", "time", "7:30 pm"),
         ("1/5", "date", "March 8th"),
     }
+    # The first session said March 7th; the user moved it to the 8th later, so memory holds a superseded value.
+    superseded = [(r["memory_session_id"], r["slot"], r["answer"]) for r in rows if r["negative"] == "superseded"]
+    assert superseded == [(1, "date", "March 7th")]
 
 
 def test_cli_prints_sizes_and_class_balance(tmp_path: Path) -> None:
@@ -159,6 +162,19 @@ def test_release_folder_with_bare_names_builds_against_an_sgd_folder(tmp_path: P
     assert sorted(stats["individuals"]["train"] + stats["individuals"]["eval"]) == [1, 2]
     rows = read_rows(tmp_path / "j" / "train" / "pairs.jsonl") + read_rows(tmp_path / "j" / "eval" / "pairs.jsonl")
     assert {r["service"] for r in rows} == {"Restaurants", "RideSharing"}
+    assert any(r["negative"] == "superseded" for r in rows)
+    # 16 confirmed values; the memory written from the words holds 11 (not the True/False ride sharing, not the
+    # lower-case "airport", not the two values persona 2 first states while confirming).
+    assert printed["memory"] == stats["memory"]
+    assert stats["memory"] | {"writer_failures": 0} == {
+        "writer": "text",
+        "writer_failures": 0,
+        "gold_facts": 16,
+        "held": 11,
+        "held_rate": 0.6875,
+        "in_context": 6,
+        "superseded_pairs": 1,
+    }
 
     def strict_error() -> str:
         run = memrl_cli("data", "judger", "--tod-dir", tod, "--schema", SGD, "--out", tmp_path / "s", "--strict")

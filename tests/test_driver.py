@@ -122,6 +122,15 @@ def test_nothing_left_starts_neither_servers_nor_ray(tmp_path: Path, monkeypatch
     assert [r["key"] for r in run.records] == ["a/0", "a/1", "x"] and run.planned == 2
 
 
+def test_a_key_written_twice_counts_once(tmp_path: Path) -> None:
+    # Two runs into one folder (before folders were held) left every record twice: nothing is pending, nothing is run.
+    twice = [{"key": k, "total": t} for k, t in [("a/0", 1), ("a/1", 3)] * 2]
+    (tmp_path / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in twice))
+    run = drive(Spread(), tmp_path, Console(file=io.StringIO()), records=RECORDS, label="items",
+                chains=chains(1, 2), schedule=schedule(), world=world())  # fmt: skip
+    assert [r["key"] for r in run.records] == ["a/0", "a/1"] and run.pending == 0 and run.fault is None
+
+
 # --- on a local Ray -----------------------------------------------------------------------------------------------
 
 
@@ -159,9 +168,11 @@ def test_a_failed_item_stops_its_chain_and_a_rerun_resumes_it(ray_up: None, tmp_
 
 @pytest.mark.slow
 def test_a_run_where_everything_failed_fails_in_one_line(ray_up: None, tmp_path: Path) -> None:
+    run = drive(Spread(workers=1), tmp_path, Console(file=io.StringIO()), records=RECORDS, label="items",
+                chains=chains(1, 2), schedule=schedule(), world=world(fail=("a/0",)))  # fmt: skip
+    assert run.records == [] and [r["key"] for r in run.failed] == ["a/0"] and run.pending == 1  # to report first
     with pytest.raises(MemrlError, match=r"^item a/0 failed: endpoint down$"):
-        drive(Spread(workers=1), tmp_path, Console(file=io.StringIO()), records=RECORDS, label="items",
-              chains=chains(1, 2), schedule=schedule(), world=world(fail=("a/0",)))  # fmt: skip
+        run.check()
     assert not (tmp_path / RECORDS).exists()
 
 

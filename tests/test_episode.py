@@ -12,7 +12,7 @@ from memrl.envs.collab.agents import AgentKind, AgentMemory, AgentReply
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import AnswerKind, Problem
 from memrl.envs.collab.profiles import UserProfile
-from memrl.envs.collab.session import CollabEpisode, SessionSpec, run_session
+from memrl.envs.collab.session import GREETING, CollabEpisode, SessionSpec, run_session
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession, UserSimulator, UserTurn
 from memrl.envs.episode import PolicyReply, Step, play
 from memrl.rollout.base import Message
@@ -194,7 +194,7 @@ class _ScriptedUser(UserSession):
         super().__init__(profile, problem, max_turns)
         self.reactions = iter([("go on", "7"), ("?", "12")])  # (what the user says, the draft)
 
-    async def open(self) -> UserTurn:
+    async def open(self, greeting: str | None = None) -> UserTurn:
         return UserTurn("help", parse_failed=True)
 
     async def reply(self, turns: Sequence[Message]) -> UserTurn:
@@ -215,3 +215,15 @@ def test_the_unsaid_last_reaction_at_max_turns_is_graded_and_its_parse_failure_c
     assert record["draft_answer"] == "12" and record["task_success"] == 1
     assert record["parse_failures"]["user"] == 2  # the opening and the unsaid last reaction
     assert record["ended_by"] == "max_turns"
+
+
+def test_the_original_harness_greets_first_and_grades_the_last_said_draft() -> None:
+    episode = CollabEpisode(SPEC, _ScriptedUsers(), Grader(), 2, original=True)
+    # The policy picks its reply by the number of assistant turns so far, and the greeting is one of them.
+    final = asyncio.run(play(episode, _policy(["-", "thinking", "the answer is 12"], annotate=False)))
+    record = episode.record()
+    # The agent greets; the user never reads the last reply, so the draft of "go on" ("7") is graded, not "12".
+    assert [m["content"] for m in final.observation] == [GREETING, "help", "thinking", "go on", "the answer is 12"]
+    assert record["draft_answer"] == "7" and record["task_success"] == 0
+    assert record["length"] == 5 and record["ended_by"] == "max_turns"
+    assert record["parse_failures"]["user"] == 1  # only the opening: the last reaction is never asked for

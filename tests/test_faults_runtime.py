@@ -339,3 +339,60 @@ def test_killed_tod_data_generation_resumes_without_loss_or_duplicates(
     }
     for persona in sorted(whole.glob("persona_*.json")):
         assert (out / persona.name).read_bytes() == persona.read_bytes()
+
+
+# --- 4. issue 19: two runs on one folder, a torn log, a rerun with more patience ----------------------------------
+
+
+def test_two_runs_on_one_folder_one_owns_it_and_sessions_land_once(endpoint: FaultyEndpoint, tmp_path: Path) -> None:
+    endpoint.latency = 0.2  # long enough that the two runs overlap
+    out = tmp_path / "run"
+    args = ["eval", "collab", "--model", f"faulty@{endpoint.url}", "--agent", "none", "--simulator", "rule"]
+    args += ["--users", "2", "--sessions", "3", "--max-turns", "2", "--out", str(out)]
+    with started(*args, log=tmp_path / "a.log") as a, started(*args, log=tmp_path / "b.log") as b:
+        codes = {a.pid: a.wait(300), b.pid: b.wait(300)}
+    assert sorted(codes.values()) == [0, 2], codes
+    winner = next(pid for pid, code in codes.items() if code == 0)
+    loser_log = (tmp_path / ("b.log" if winner == a.pid else "a.log")).read_text()
+    assert f"memrl: error: {out} is in use by another memrl run (pid {winner})" in loser_log.strip().splitlines()[-1]
+    keys = [r["key"] for r in lines(out / "sessions.jsonl")]
+    assert len(keys) == 6 == len(set(keys))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sessions"] == 6 and not (out / ".memrl.lock").exists()
+
+
+def test_a_torn_last_session_is_dropped_with_a_warning_and_run_again(
+    endpoint: FaultyEndpoint, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
+    out = tmp_path / "run"
+    args = ["eval", "collab", "--model", f"faulty@{endpoint.url}", "--agent", "none", "--simulator", "rule"]
+    args += ["--users", "1", "--sessions", "2", "--max-turns", "2", "--out", str(out)]
+    summary_of(memrl_cli(*args, env=_env(), start_new_session=True))
+    sessions = out / "sessions.jsonl"
+    whole = sessions.read_text().splitlines(keepends=True)
+    sessions.write_text(whole[0] + whole[1][: len(whole[1]) // 2])  # a killed run's half-written line
+    result = memrl_cli(*args, env=_env(), start_new_session=True)
+    assert summary_of(result)["sessions"] == 2
+    assert f"{sessions}:2: dropped a torn last line" in result.stderr
+    again = lines(sessions)
+    assert again[0] == json.loads(whole[0]) and [r["key"] for r in again] == [json.loads(w)["key"] for w in whole]
+
+
+def test_a_session_that_timed_out_finishes_on_a_rerun_with_a_longer_timeout(
+    endpoint: FaultyEndpoint, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
+    (question,) = planned_problems(users=1, sessions=1).values()
+    endpoint.stall.append(question)
+    endpoint.stall_for = 3.0
+    out = tmp_path / "run"
+    args = ["eval", "collab", "--model", f"faulty@{endpoint.url}", "--agent", "none", "--simulator", "rule"]
+    args += ["--users", "1", "--sessions", "1", "--max-turns", "1", "--out", str(out)]
+    result = memrl_cli(*args, "--request-timeout", "1", "--max-retries", "0", env=_env(), start_new_session=True)
+    assert result.returncode == 2 and "timed out after 1s" in result.stderr.strip().splitlines()[-1]
+    metrics = json.loads((out / "metrics.json").read_text())  # written, though the run failed
+    assert metrics["sessions"] == 0 and metrics["failed_sessions"] == 1
+
+    summary = summary_of(memrl_cli(*args, "--request-timeout", "30", env=_env(), start_new_session=True))
+    assert summary["sessions"] == 1 and summary["failed"] == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sessions"] == 1 and metrics["failed_sessions"] == 0

@@ -144,6 +144,108 @@ def test_causal_prompt_keeps_the_instruction_and_newest_turns(tiny_qwen2: str) -
     assert len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) <= 600
 
 
+@pytest.mark.parametrize("head_name", ["cross_encoder", "seq_cls"])
+def test_tokenize_keeps_every_turn_that_fits_and_cuts_the_rest_like_one_at_a_time(
+    head_name: str, tiny_qwen2: str
+) -> None:
+    from transformers import AutoTokenizer
+
+    from memrl.core import models
+    from memrl.rollout.judger.heads import build_head
+    from memrl.rollout.judger.inputs import causal_prompt, cross_encoder_pair, whole_pair, whole_prompt
+
+    path = models.resolve("minilm") if head_name == "cross_encoder" else tiny_qwen2
+    head = build_head(head_name, AutoTokenizer.from_pretrained(path), 300)
+    items = [long_item(2), long_item(60), long_item(3), long_item(60)]
+    rows = head.tokenize(items)["input_ids"]
+    assert all(len(row) <= 300 for row in rows)
+    for item, row in zip(items, rows, strict=True):
+        if head_name == "cross_encoder":
+            whole = head.tokenizer(*whole_pair(item))["input_ids"]
+            cut = head.tokenizer(*cross_encoder_pair(item, head.tokenizer, 300))["input_ids"]
+        else:
+            whole = head.tokenizer(whole_prompt(item, head.tokenizer), add_special_tokens=False)["input_ids"]
+            cut = head.tokenizer(causal_prompt(item, head.tokenizer, 300), add_special_tokens=False)["input_ids"]
+        assert row == (whole if len(whole) <= 300 else cut)  # every turn where it fits, else the per-item cut
+    newest = head.tokenizer.decode(rows[1])
+    assert "turn 59" in newest and "turn 0 " not in newest  # the long dialogue lost its oldest turns
+
+
+class WrapperOnly:
+    """A tokenizer seen without its Rust backend: `tokenize_texts` must then go through the transformers call."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "backend_tokenizer":
+            raise AttributeError(name)
+        return getattr(self.tokenizer, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.tokenizer(*args, **kwargs)
+
+
+def test_tokenize_texts_gives_the_transformers_ids(tiny_qwen2: str) -> None:
+    from transformers import AutoTokenizer
+
+    from memrl.core import models
+    from memrl.rollout.judger.heads import tokenize_texts
+
+    pairs = [("user: hi\nMissing: date", "Note. Question: When? Answer: Sunday"), ("a " * 80, "b c")]
+    bert = AutoTokenizer.from_pretrained(models.resolve("minilm"))
+    bert.truncation_side = "left"
+    direct = tokenize_texts(bert, pairs, 40, "only_first", special_tokens=True)
+    assert direct == tokenize_texts(WrapperOnly(bert), pairs, 40, "only_first", special_tokens=True)
+    assert set(direct) == {"input_ids", "token_type_ids"} and len(direct["input_ids"][1]) == 40
+    qwen = AutoTokenizer.from_pretrained(tiny_qwen2)
+    texts = ["the user prefers short answers", "json " * 90]
+    direct = tokenize_texts(qwen, texts, 50, "longest_first", special_tokens=False)
+    assert direct == tokenize_texts(WrapperOnly(qwen), texts, 50, "longest_first", special_tokens=False)
+    assert list(direct) == ["input_ids"] and len(direct["input_ids"][1]) == 50
+
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(4)  # 40 texts go out in four slices of 10 on four threads and come back in order
+    try:
+        many = [f"the user prefers {i} short answers " * (i % 7 + 1) for i in range(40)]
+        assert tokenize_texts(qwen, many, 50, "longest_first", special_tokens=False) == tokenize_texts(
+            WrapperOnly(qwen), many, 50, "longest_first", special_tokens=False
+        )
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_pad_fills_rows_on_either_side() -> None:
+    from memrl.rollout.judger.heads import pad
+
+    ids, mask = pad([[1, 2, 3], [4]], 0, left=True)
+    assert ids.tolist() == [[1, 2, 3], [0, 0, 4]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    ids, mask = pad([[1, 2, 3], [4]], 9, left=False)
+    assert ids.tolist() == [[1, 2, 3], [4, 9, 9]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
+def test_scorer_batches_by_token_count_and_keeps_the_input_order(model_cache: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from memrl.core import models
+    from memrl.rollout.judger.heads import build_head
+    from memrl.rollout.judger.scorer import PAD_SLACK, JudgerScorer
+
+    path = models.resolve("minilm")
+    head = build_head("cross_encoder", AutoTokenizer.from_pretrained(path), 128)
+    scorer = JudgerScorer(head.load_model(path), head)
+    items = [long_item(n) for n in (9, 1, 30, 4, 2)]
+    assert scorer.score([]) == []
+    batched = scorer.score(items, batch_size=2)
+    assert batched == pytest.approx([scorer.score([item])[0] for item in items], abs=1e-5)
+    chunks = [chunk for chunk, _ in scorer.batches(items * 3, batch_size=4)]
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(15)) and max(map(len, chunks)) == 4
+    lengths = [len(ids) for ids in head.tokenize(items * 3)["input_ids"]]
+    assert all(max(lengths[i] for i in c) <= PAD_SLACK * min(lengths[i] for i in c) for c in chunks)
+
+
 # ---- heads ----------------------------------------------------------------------------------------------------
 
 

@@ -53,6 +53,7 @@ def test_8b_dry_run_prints_the_torchrun_launch(tmp_path: Path, memrl_cli: MemrlC
 
 
 def test_deepspeed_configs_parse() -> None:
+    pytest.importorskip("deepspeed")  # an optional extra (memrl[deepspeed]); the HF config parser needs it
     from transformers import TrainingArguments
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 

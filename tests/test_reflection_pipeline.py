@@ -140,7 +140,7 @@ def test_table5_recipes_resolve_and_dry_run_prints_verl_commands(
     out = result.stdout + result.stderr
     assert "verl.trainer.sft_trainer" in out and "verl.trainer.main_ppo" in out
     for override in (
-        "algorithm.adv_estimator=grpo",
+        "algorithm.adv_estimator=memrl_grpo",
         "actor_rollout_ref.rollout.n=8",
         "actor_rollout_ref.actor.kl_loss_coef=0.003",
         "actor_rollout_ref.actor.optim.lr=1e-06",

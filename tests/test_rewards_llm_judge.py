@@ -23,8 +23,8 @@ TRUTH = GroundTruth(("Hold on. Put that in bullet points.", "Wait. End with a on
 NOTES = "- Format every answer as a bullet list.\n- Finish each reply with a one-line TL;DR summary."
 
 
-def judge_for(server: LocalServer, tmp_path: Path | None, **kwargs: object) -> LLMJudge:
-    backend = OpenAIBackend(server.name, server.url, max_concurrency=8)
+def judge_for(server: LocalServer, tmp_path: Path | None, max_concurrency: int = 8, **kwargs: object) -> LLMJudge:
+    backend = OpenAIBackend(server.name, server.url, max_concurrency=max_concurrency)
     cache = JudgeCache(tmp_path / "verdicts.sqlite") if tmp_path else None
     return LLMJudge(backend, server.name, cache=cache, **kwargs)  # type: ignore[arg-type]
 
@@ -63,7 +63,7 @@ def test_prompt_carries_the_inputs_and_the_contract() -> None:
 def test_malformed_after_retries_is_none_counted_and_bounded(smollm2_server: LocalServer, tmp_path: Path) -> None:
     # One token can never be a JSON verdict: every attempt is malformed. few_shot off keeps the prompt short.
     one_token = SamplingParams(temperature=0, max_tokens=1)
-    judge = judge_for(smollm2_server, tmp_path, sampling=one_token, retries=1, concurrency=1, few_shot=False)
+    judge = judge_for(smollm2_server, tmp_path, sampling=one_token, retries=1, max_concurrency=1, few_shot=False)
     items = [JudgeItem(f"- Use bullet points in case {i}.", TRUTH) for i in range(2)] + [JudgeItem("", TRUTH)]
     replies = [json.dumps({"user_preferences_reasoning": "r", "agent_notes": i.notes}) for i in items]
     scorer = RewardScorer(RewardConfig(), judge=judge)
@@ -76,7 +76,7 @@ def test_malformed_after_retries_is_none_counted_and_bounded(smollm2_server: Loc
     backend = judge.backend
     assert isinstance(backend, OpenAIBackend)
     assert backend.usage.requests == 4  # 2 items x (1 try + 1 retry); the empty one never sent
-    assert backend.peak_in_flight == 1  # the judge's bound holds below the backend's own (8)
+    assert backend.peak_in_flight == 1  # the backend's bound is the judge's
     assert judge.cache is not None and len(judge.cache) == 0  # failures are not cached
 
 

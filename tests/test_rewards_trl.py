@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+
+from trl.trainer.utils import is_async_callable
 
 from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
 from memrl.rewards.offline_judge import OfflineJudge
@@ -21,11 +24,21 @@ PROMPT = [{"role": "user", "content": "Reflect on the session."}]
 
 
 def call_all(funcs: list, completions: list, metrics: dict) -> list[list[float | None]]:  # type: ignore[type-arg]
+    """As TRL 1.16 calls async reward functions: all gathered on one event loop."""
+    assert all(is_async_callable(f) for f in funcs)  # TRL then runs them on its loop thread, no thread of ours
     kwargs = {
         "ground_truth": [TRUTH] * len(completions),
         "log_metric": lambda k, v: metrics.setdefault(k, []).append(v),
     }
-    return [f(prompts=[PROMPT] * len(completions), completions=completions, **kwargs) for f in funcs]
+
+    async def gather() -> list[list[float | None]]:
+        return list(
+            await asyncio.gather(
+                *(f(prompts=[PROMPT] * len(completions), completions=completions, **kwargs) for f in funcs)
+            )
+        )
+
+    return asyncio.run(gather())
 
 
 def test_names_weights_and_one_judge_call_per_batch(model_cache: object) -> None:
@@ -46,7 +59,7 @@ def test_names_weights_and_one_judge_call_per_batch(model_cache: object) -> None
     assert coverage == [1.0, 0.0] and fmt == [1.0, 0.0]
     assert penalty[0] is not None and penalty[0] < 0 and penalty[1] == 0.0  # negative: its weight stays positive
     assert scorer.stats()["batches"] == 1  # the three functions shared one judge call
-    assert metrics == {"judge_failures": [0.0], "notes_tokens": [9.0]}
+    assert metrics == {"reward/judge_failed": [0.0], "reward/notes_tokens": [9.0]}
 
     as_text = call_all(funcs, [GOOD, "no json"], metrics)  # plain-string completions: same batch, served from cache
     assert as_text == [coverage, fmt, penalty] and scorer.stats()["batches"] == 1
@@ -61,4 +74,4 @@ def test_failed_judge_gives_none_from_every_function(tmp_path: Path) -> None:
     )
     metrics: dict[str, list[float]] = {}
     assert call_all(reward_funcs(cfg), [GOOD], metrics) == [[None], [None], [None]]  # TRL: unscorable, advantage 0
-    assert metrics["judge_failures"] == [1.0]
+    assert metrics["reward/judge_failed"] == [1.0]

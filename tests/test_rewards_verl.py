@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -126,17 +127,19 @@ def test_offline_reward_through_verl_reward_manager(tokenizer: Any, name: str) -
     assert rm_scores.shape[0] == 3 and rm_scores.sum(dim=1).tolist() == [o["reward_score"] for o in outputs]
 
 
-def test_failed_judge_is_a_float_score_with_a_flag(tokenizer: Any) -> None:
+def test_failed_judge_is_a_nan_score_with_a_flag(tokenizer: Any) -> None:
     unreachable = {
         "backend": "openai",
         "model": "m",
         "endpoint": f"http://127.0.0.1:{free_port()}/v1",
         "max_retries": 0,
     }
-    kwargs = {"judge": {"kind": "llm", "model": unreachable, "cache": False}, "failure_score": -1.0}
-    _, outputs, _ = score_through_verl(tokenizer, "compute_score_async", kwargs, [FAITHFUL])
+    kwargs = {"judge": {"kind": "llm", "model": unreachable, "cache": False}}
+    _, outputs, rm_scores = score_through_verl(tokenizer, "compute_score_async", kwargs, [FAITHFUL])
     info = outputs[0]["reward_extra_info"]
-    assert outputs[0]["reward_score"] == -1.0 and info["judge_failed"] == 1.0
+    # NaN: the memrl_grpo estimator leaves the sample out of its group (tests/test_rewards_verl_advantage.py).
+    assert math.isnan(outputs[0]["reward_score"]) and info["judge_failed"] == 1.0
+    assert torch.isnan(rm_scores.sum(dim=1)).all()
     assert info["coverage"] is None and info["judge_score"] is None and info["format"] == 1.0
 
 
@@ -149,6 +152,10 @@ def test_reward_kwargs_forms(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg.judge.model is not None and cfg.judge.model.api_key.get_secret_value() == "sk-test"  # type: ignore[union-attr]
     routed = reward_config({"judge": "llm", "model": "rm", "reward_router_address": "10.0.0.1:9000"})
     assert routed.judge.model is not None and routed.judge.model.endpoint == "http://10.0.0.1:9000/v1"  # type: ignore[union-attr]
+    capped = reward_config({"judge": "llm", "model": "j", "endpoint": "http://127.0.0.1:1/v1", "max_concurrency": 64})
+    assert capped.judge.model is not None and capped.judge.model.max_concurrency == 64  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="unknown keys: failure_score"):
+        reward_config({"failure_score": 0.0})
     with pytest.raises(ConfigError, match="unknown keys: judge_kind"):
         reward_config({"judge_kind": "llm"})
     with pytest.raises(ConfigError, match="needs `model`"):

@@ -296,7 +296,7 @@ def test_llm_memory_builder_checks_slots_and_answers(schemas: Schemas) -> None:
 # --- the released format ----------------------------------------------------------------------------------------------
 
 
-def test_released_format_loads_and_falls_back_to_matching(schemas: Schemas) -> None:
+def test_released_format_loads_and_memory_comes_from_the_words(schemas: Schemas) -> None:
     assert file_format(RELEASE) == "mstod" and file_format(SGD / "dev" / "dialogues_001.json") == "sgd"
     problems = LoadProblems()
     ind = load_individual(RELEASE, schemas, problems)
@@ -316,11 +316,16 @@ def test_released_format_loads_and_falls_back_to_matching(schemas: Schemas) -> N
     assert query == "reserve a table at a restaurant; name of the restaurant Hong Kong East Ocean"
     banks = load_memory_banks(RELEASE.parent, [ind], schemas)  # no memory/ folder: built offline
     first = banks[1].units[0]
+    # What the first session said, the preliminary "March 7th" included; "in Emeryville" fits both place slots.
     assert {p.slot: p.answer for p in first.qa} == {
         "restaurant_name": "Hong Kong East Ocean",
+        "city": "Emeryville",
         "location": "Emeryville",
+        "date": "March 7th",
         "number_of_seats": "4",
-    }  # the preliminary "March 7th" is not a confirmed value, so matching cannot see it
+    }
+    later = {p.slot: p.answer for p in banks[1].units[2].qa}
+    assert later["date"] == "March 8th" and later["time"] == "7:30 pm"
     assert [u.session_id for u in banks[1].before(5)] == [1, 2, 3, 4]
 
 

@@ -249,10 +249,14 @@ def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path) -> None:
     )
     write_dataset(tmp_path / "data")
     data = lf.dataset_folder(tmp_path / "data")
-    args = lf.sft_yaml(sft, model_path=tiny_qwen2, dataset_dir=data, out_dir=tmp_path / "out", cpu=True)
+    # The default logging of a recipe run (wandb), kept offline: the environment must have what the YAML names.
+    args = lf.sft_yaml(
+        sft, model_path=tiny_qwen2, dataset_dir=data, out_dir=tmp_path / "out", cpu=True, report_to="wandb"
+    )
     path = lf.write_yaml(args, tmp_path / "llamafactory.yaml")
+    wandb_env = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
     started = time.monotonic()
-    lf.run_llamafactory(path, cli_path(_ENV), tmp_path / "lf.log", env=lf.launch_env(sft, cpu=True))
+    lf.run_llamafactory(path, cli_path(_ENV), tmp_path / "lf.log", env=lf.launch_env(sft, cpu=True) | wandb_env)
     print(f"LLaMA-Factory 2-step LoRA SFT on CPU: {time.monotonic() - started:.1f}s")
     out = tmp_path / "out"
     adapter = json.loads((out / "adapter_config.json").read_text())
@@ -263,3 +267,5 @@ def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path) -> None:
     losses = [s["loss"] for s in steps if "loss" in s]
     assert len(losses) == 2 and all(loss > 0 for loss in losses)
     assert json.loads((out / "all_results.json").read_text())["eval_loss"] > 0
+    (run,) = (tmp_path / "wandb").glob("offline-run-*")
+    assert list(run.glob("run-*.wandb"))  # the losses went to wandb's offline log

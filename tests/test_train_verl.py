@@ -14,7 +14,8 @@ import pytest
 
 from memrl.core.errors import ConfigError, MemrlError
 from memrl.rewards.reward import RewardConfig
-from memrl.train import verl_launch, verl_merge
+from memrl.rollout.serve import free_port
+from memrl.train import verl_launch, verl_merge, verl_metrics
 from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, SFTStage
 
 DATA = Path("/data/reflection")
@@ -69,6 +70,7 @@ def table5_sft(**update: object) -> SFTStage:
         batch_size=64,
         micro_batch_size=1,
         max_length=32768,
+        lr_scheduler="cosine",
         cluster=EIGHT_GPUS,
     )
     return stage.model_copy(update=update)
@@ -79,10 +81,9 @@ def grpo(stage: GRPOStage, **kwargs: object) -> list[str]:
     return verl_launch.grpo_overrides(stage, **(args | kwargs))
 
 
-def sft(stage: SFTStage) -> list[str]:
-    return verl_launch.sft_overrides(
-        stage, model_path="meta-llama/Llama-3.1-8B-Instruct", data_dir=DATA, out_dir=OUT, experiment="llama"
-    )
+def sft(stage: SFTStage, **kwargs: object) -> list[str]:
+    args: dict = {"model_path": "meta-llama/Llama-3.1-8B-Instruct", "data_dir": DATA, "out_dir": OUT}
+    return verl_launch.sft_overrides(stage, **(args | {"experiment": "llama"} | kwargs))
 
 
 def as_dict(overrides: list[str]) -> dict[str, str]:
@@ -94,7 +95,7 @@ def as_dict(overrides: list[str]) -> dict[str, str]:
 
 def test_grpo_overrides_carry_the_recipe() -> None:
     got = as_dict(grpo(table5_grpo(), logger="wandb"))
-    assert got["algorithm.adv_estimator"] == "grpo"
+    assert got["algorithm.adv_estimator"] == "memrl_grpo"
     assert got["data.train_files"] == "/data/reflection/rl/train.parquet"
     assert got["data.val_files"] == "/data/reflection/rl/eval.parquet"
     assert (got["data.train_batch_size"], got["actor_rollout_ref.actor.ppo_mini_batch_size"]) == ("64", "64")
@@ -109,7 +110,7 @@ def test_grpo_overrides_carry_the_recipe() -> None:
     assert got["trainer.total_training_steps"] == "200"
     assert (got["trainer.save_freq"], got["trainer.test_freq"]) == ("50", "50")
     assert got["trainer.default_local_dir"] == "/runs/reflector/grpo/checkpoints"
-    assert got["trainer.logger"] == "[console,wandb]"
+    assert got["trainer.logger"] == "[console,file,wandb]"
     assert (got["trainer.nnodes"], got["trainer.n_gpus_per_node"]) == ("1", "8")
     assert (got["trainer.project_name"], got["trainer.experiment_name"]) == ("memrl", "qwen")
     assert got["reward.custom_reward_function.path"].endswith("rewards/verl_reward.py")
@@ -168,6 +169,106 @@ def test_sft_overrides_carry_the_recipe() -> None:
         sft(table5_sft(epochs=1.5))
     with pytest.raises(ConfigError, match="split evenly"):
         sft(table5_sft(batch_size=60))
+
+
+def test_verl_runs_log_their_metrics_in_the_stage_folder() -> None:
+    """Issue 17.4: verl runs logged to the console (and wandb) only, and left no curve. Now verl's `file` logger
+    writes the stage's metrics JSONL, its path (and wandb's folder) in the env of verl's Ray workers."""
+    overrides = grpo(table5_grpo(), logger="wandb")
+    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, overrides)
+    assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
+    env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert str(OUT / "verl_metrics.jsonl") == env.VERL_FILE_LOGGER_PATH
+    assert str(OUT) == env.WANDB_DIR
+    assert (
+        "WANDB_DIR"
+        not in verl_launch.compose(verl_launch.PPO_CONFIG, grpo(table5_grpo())).ray_kwargs.ray_init.runtime_env.env_vars
+    )
+    assert list(verl_launch.compose(verl_launch.SFT_CONFIG, sft(table5_sft())).trainer.logger) == ["console", "file"]
+
+
+def test_a_verl_stage_runs_with_its_metrics_file_and_draws_its_curves(tmp_path: Path) -> None:
+    """Issue 17.4: the SFT command's own environment names the metrics file (its loggers run in that process); the
+    runner keeps an earlier attempt's file, and draws the curves even when the run fails."""
+    from rich.console import Console
+
+    from memrl.app.context import RunContext
+    from memrl.app.recipe import load_recipe
+    from memrl.app.stages.training import CURVES_FILE, VerlCommand, _run_verl, verl_command
+
+    run = tmp_path / "run"
+    loaded = load_recipe("reflector-qwen2.5-7b", [f"output_dir={run}"])
+    ctx = RunContext(loaded.recipe, run, Console(stderr=True))
+    env = verl_command(loaded.recipe.stages["sft"], ctx, "sft", dry_run=True).env
+    assert env is not None and env["VERL_FILE_LOGGER_PATH"] == str(run / "sft" / "verl_metrics.jsonl")
+    assert env["WANDB_DIR"] == str(run / "sft")  # base recipe: wandb offline
+
+    # A verl process that logs two steps with verl's own Tracking, then dies.
+    (run / "sft").mkdir(parents=True)
+    (run / "sft" / "verl_metrics.jsonl").write_text('{"step": 1, "data": {"train/loss": 3.0}}\n')  # attempt 1
+    script = (
+        "from verl.utils.tracking import Tracking\n"
+        "t = Tracking('memrl', 'sft', default_backend=['file'])\n"
+        "for step in (2, 3): t.log(data={'train/loss': 1.0 / step, 'train/lr': 1e-6}, step=step)\n"
+        "t.finish()\nraise SystemExit(3)\n"
+    )
+    command = VerlCommand([sys.executable, "-c", script], env, "m")
+    with pytest.raises(MemrlError):
+        _run_verl(command, ctx, "sft", base="m", trainer="verl-sft", alpha=None)
+    assert (run / "sft" / "verl_metrics-1.jsonl").is_file()
+    assert (run / "sft" / CURVES_FILE).read_bytes()[:4] == b"\x89PNG"
+    assert [s for s, row in verl_metrics.read(run / "sft").items() if "train/loss" in row] == [1, 2, 3]
+
+
+def test_verl_sft_takes_the_seed_and_the_lr_schedule() -> None:
+    """Issue 17.8: verl SFT ran with verl's seeds (trainer 1, engine 42) and a constant LR whatever the recipe."""
+    overrides = sft(table5_sft(warmup_ratio=0.05), seed=7)
+    verl_launch.validate_overrides(verl_launch.SFT_CONFIG, overrides)  # verl's FSDPOptimizerConfig accepts it
+    cfg = verl_launch.compose(verl_launch.SFT_CONFIG, overrides)
+    assert (cfg.trainer.seed, cfg.engine.seed) == (7, 7)
+    assert cfg.optim.lr_scheduler_type == "cosine" and cfg.optim.lr_warmup_steps_ratio == pytest.approx(0.05)
+    assert (
+        verl_launch.compose(verl_launch.SFT_CONFIG, sft(table5_sft(lr_scheduler="constant"))).optim.lr_scheduler_type
+        == "constant"
+    )
+    with pytest.raises(ConfigError, match="constant or cosine after the warm-up; lr_scheduler 'linear'"):
+        sft(table5_sft(lr_scheduler="linear"))
+
+
+VERL_JUDGE = {"judge": {"kind": "llm", "model": {"backend": "vllm", "model": "meta-llama/Llama-3.3-70B-Instruct",
+                                                 "tensor_parallel_size": 4}}}  # fmt: skip
+
+
+def test_a_vllm_judge_is_hosted_by_verl_on_the_training_gpus() -> None:
+    """Issue 17.8: a verl stage could only reach its judge at an endpoint served beside the job. A vLLM judge model is
+    now verl's generative reward model, colocated on every training GPU, reached through verl's reward router."""
+    import types
+
+    from memrl.rewards.verl_reward import reward_config
+
+    stage = table5_grpo(reward=RewardConfig.model_validate(VERL_JUDGE))
+    overrides = grpo(stage)
+    verl_launch.validate_overrides(verl_launch.PPO_CONFIG, overrides)
+    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, overrides)
+    rm = cfg.reward.reward_model
+    assert rm.enable and not rm.enable_resource_pool  # colocated: the policy keeps all 8 GPUs
+    assert (rm.model_path, rm.rollout.name, rm.rollout.tensor_model_parallel_size) == (
+        "meta-llama/Llama-3.3-70B-Instruct", "vllm", 4)  # fmt: skip
+    assert rm.rollout.gpu_memory_utilization == 0.5  # verl's default, not the standalone engine's 0.85
+    assert cfg.trainer.n_gpus_per_node == 8
+    kwargs = dict(cfg.reward.custom_reward_function.reward_kwargs)
+    assert kwargs["judge"] == "llm" and "endpoint" not in kwargs and "model" not in kwargs
+    # What verl's reward manager adds at run time: the router, and the tokenizer of the model it serves.
+    tokenizer = types.SimpleNamespace(name_or_path="/hf/llama-70b")
+    routed = reward_config(kwargs | {"reward_router_address": "10.0.0.2:8123", "reward_model_tokenizer": tokenizer})
+    assert routed.judge.model.endpoint == "http://10.0.0.2:8123/v1" and routed.judge.model.model == "/hf/llama-70b"
+    # An endpoint judge keeps verl's reward model off.
+    assert not verl_launch.compose(verl_launch.PPO_CONFIG, grpo(table5_grpo())).reward.reward_model.enable
+    with pytest.raises(ConfigError, match="tensor_parallel_size 3 must divide the stage's 8 GPUs"):
+        grpo(table5_grpo(reward=RewardConfig.model_validate({"judge": {**VERL_JUDGE["judge"], "model": {
+            **VERL_JUDGE["judge"]["model"], "tensor_parallel_size": 3}}})))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"reward.judge.few_shot: a judge verl hosts"):
+        grpo(table5_grpo(reward=RewardConfig.model_validate({"judge": {**VERL_JUDGE["judge"], "few_shot": False}})))
 
 
 # --- against verl's config schema ---------------------------------------------------------------------------------
@@ -306,7 +407,7 @@ def test_ray_job_submit_names_secrets_by_reference(tmp_path: Path) -> None:
     assert as_dict(overrides)["reward.custom_reward_function.path"] == "pkg://memrl.rewards.verl_reward"
     printed = verl_launch.format_command(argv)
     assert "s3cret" not in printed and "sk-not-in-the-command" not in printed
-    assert printed.splitlines()[1].strip().startswith("algorithm.adv_estimator=grpo")
+    assert printed.splitlines()[1].strip().startswith("algorithm.adv_estimator=memrl_grpo")
     # A shell running the printed command fills the references from its own environment.
     shell = subprocess.run(
         ["bash", "-c", "printf '%s\\0' " + printed.split(" ", 1)[1]],
@@ -317,20 +418,46 @@ def test_ray_job_submit_names_secrets_by_reference(tmp_path: Path) -> None:
     ).stdout.split("\0")[:-1]
     assert shell[0] == "job" and shell[-1] == argv[-1]
     assert json.loads(shell[shell.index("--runtime-env-json") + 1])["env_vars"]["WANDB_API_KEY"] == "from-the-shell"
-    # run_verl does the same in memory.
-    resolved = verl_launch.resolve_env_refs(argv, environ)
-    assert json.loads(resolved[argv.index("--runtime-env-json") + 1])["env_vars"]["HF_TOKEN"] == "hf-s3cret"
+    # run_verl reads the argv back and fills the references in memory, for Ray's client.
+    job = verl_launch.RaySubmission.parse(argv, environ)
+    assert job is not None and job.address == "http://head:8265" and job.entrypoint == argv[split + 1 :]
+    assert job.runtime_env["env_vars"]["HF_TOKEN"] == "hf-s3cret"
+    assert job.runtime_env["working_dir"] == str(tmp_path)
+    assert verl_launch.RaySubmission.parse(verl_launch.verl_command("grpo", overrides, EIGHT_GPUS), environ) is None
     sft_argv = verl_launch.verl_command("sft", ["model.path=m"], cluster, environ={})
     assert "verl.trainer.sft_trainer_ray" in sft_argv and json.loads(sft_argv[6]) == {}
 
 
+def test_ray_stage_puts_no_secret_on_any_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17.2: with cluster.ray_address, run_verl ran `ray job submit --runtime-env-json` holding the keys, in
+    `ps` for the whole run. Now nothing is spawned: the job goes to Ray's client in this process."""
+    spawned: list[str] = []
+    popen_init = subprocess.Popen.__init__
+
+    def record(self: subprocess.Popen[bytes], args: object, *rest: object, **kwargs: object) -> None:
+        spawned.append(" ".join(map(str, args)) if isinstance(args, list | tuple) else str(args))
+        popen_init(self, args, *rest, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", record)
+    stage = table5_grpo(cluster=ClusterConfig(nnodes=2, gpus_per_node=8, ray_address=f"http://127.0.0.1:{free_port()}"))
+    environ = {"WANDB_API_KEY": "wandb-s3cret", "HF_TOKEN": "hf-s3cret", "PATH": os.environ["PATH"]}
+    environ |= verl_launch.secret_env(stage)
+    argv = verl_launch.verl_command("grpo", grpo(stage), stage.cluster, environ=environ)
+    log = tmp_path / "verl.log"
+    with pytest.raises(MemrlError, match=r"cannot reach the Ray job server at http://127\.0\.0\.1:") as err:
+        verl_launch.run_verl(argv, log, env=environ)
+    secrets = ("wandb-s3cret", "hf-s3cret", "sk-not-in-the-command")
+    for text in [*spawned, log.read_text(), str(err.value)]:
+        assert not any(secret in text for secret in secrets), text
+    assert "${WANDB_API_KEY}" in log.read_text()  # the log names the variables it passes, not their values
+
+
 def test_run_verl_streams_to_the_log_and_raises_with_the_tail(tmp_path: Path) -> None:
     log = tmp_path / "verl.log"
-    check = "import json,sys; print('key ok:', json.loads(sys.argv[2])['env_vars']['WANDB_API_KEY'] == 'v')"
-    argv = [sys.executable, "-c", check, "--runtime-env-json", '{"env_vars": {"WANDB_API_KEY": "${WANDB_API_KEY}"}}']
+    check = "import os; print('key ok:', os.environ['WANDB_API_KEY'] == 'v')"
+    argv = [sys.executable, "-c", check]
     assert verl_launch.run_verl(argv, log, env={"WANDB_API_KEY": "v", "PATH": os.environ["PATH"]}) == 0
-    text = log.read_text()
-    assert "key ok: True" in text and "${WANDB_API_KEY}" in text
+    assert "key ok: True" in log.read_text()
     failing = [sys.executable, "-c", "import sys\nfor i in range(30): print('line', i)\nsys.exit(3)"]
     with pytest.raises(MemrlError) as err:
         verl_launch.run_verl(failing, log)

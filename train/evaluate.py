@@ -12,6 +12,7 @@ from rich.console import Console
 
 from memrl.core.checkpoints import is_adapter, resolve_model
 from memrl.core.errors import ConfigError
+from memrl.core.files import read_text
 from memrl.core.jsonl import ResumableJsonl
 from memrl.core.progress import progress
 from memrl.envs.collab.agents import AgentKind
@@ -49,7 +50,7 @@ def load_eval_split(data_dir: Path, max_samples: int | None) -> list[dict[str, A
     if not path.is_file():
         raise ConfigError(f"eval data {path} does not exist (a reflection_data folder or its rl/eval.jsonl)")
     rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(read_text(path, ConfigError).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -57,6 +58,8 @@ def load_eval_split(data_dir: Path, max_samples: int | None) -> list[dict[str, A
             rows.append({"key": row["key"], "prompt": row["prompt"], "ground_truth": row["ground_truth"]})
         except (json.JSONDecodeError, KeyError, TypeError):
             raise ConfigError(f"{path}:{n}: expected a JSON object with key, prompt and ground_truth") from None
+    if not rows:
+        raise ConfigError(f"{path}: no eval rows")
     return rows[:max_samples] if max_samples else rows
 
 

@@ -8,11 +8,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from memrl.core import models
 from memrl.core.checkpoints import is_adapter, load_causal_lm, read_info, resolve_model, tokenizer_source
 from memrl.core.errors import ConfigError
 
 EXPORT_FILE = "memrl_export.json"
 CARD_FILE = "README.md"
+PIPELINE_TAG = "text-generation"
+UNKNOWN_LICENSE = "unknown"  # one of the Hub's license identifiers
 
 
 def export_checkpoint(checkpoint: Path, out: Path, *, lora_alpha: int | None = None) -> Path:
@@ -24,7 +27,7 @@ def export_checkpoint(checkpoint: Path, out: Path, *, lora_alpha: int | None = N
     try:
         source = _as_hf_folder(checkpoint, staging / "verl", lora_alpha)
         model = load_causal_lm(str(source))
-        model.save_pretrained(staging / "model", safe_serialization=True)
+        model.save_pretrained(staging / "model")  # safetensors: transformers 5 writes nothing else
         _save_tokenizer(str(source), staging / "model")
         resolved = Path(resolve_model(str(source)))
         info = read_info(resolved)
@@ -34,6 +37,8 @@ def export_checkpoint(checkpoint: Path, out: Path, *, lora_alpha: int | None = N
             "trainer": info.trainer if info else None,
             "steps": info.steps if info else None,
             "merged_lora": is_adapter(resolved),
+            # A fine-tune is under its base model's license; "unknown" where no card of the base is at hand.
+            "license": base_license(info.base) if info else UNKNOWN_LICENSE,
             "evaluation": {},
         }
         (staging / "model" / EXPORT_FILE).write_text(json.dumps(meta, indent=2))
@@ -74,12 +79,49 @@ def record_evaluation(model_dir: Path, label: str, metrics: dict[str, Any]) -> N
 _SHOWN = ("n", "score", "coverage", "format", "judge_score", "hallucination_rate", "notes_tokens", "judge_failures")
 
 
+def base_license(base: str) -> str:
+    """The `license` of the base model's card where one is on this machine (a model folder, an embedded model, or
+    the Hub cache): never a download."""
+    card = _local_card(base)
+    if card is None:
+        return UNKNOWN_LICENSE
+    from huggingface_hub import ModelCard
+
+    try:
+        license_id = ModelCard.load(card).data.license
+    except (OSError, ValueError):  # an unreadable card, or YAML the Hub's parser rejects
+        return UNKNOWN_LICENSE
+    return str(license_id) if license_id else UNKNOWN_LICENSE
+
+
+def _local_card(base: str) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    embedded = models.lookup(base)
+    folder = models.model_dir(embedded) if embedded is not None else Path(base).expanduser()
+    if folder.is_dir():
+        return folder / CARD_FILE if (folder / CARD_FILE).is_file() else None
+    try:
+        cached = try_to_load_from_cache(base, CARD_FILE)
+    except HFValidationError:  # not a repo id either
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
 def model_card(name: str, meta: dict[str, Any]) -> str:
+    from huggingface_hub import ModelCardData
+
+    header = ModelCardData(
+        library_name="transformers",
+        pipeline_tag=PIPELINE_TAG,
+        license=meta.get("license") or UNKNOWN_LICENSE,
+        tags=["memrl", "reflection", "grpo"],
+        base_model=meta.get("base") or None,
+    )
     lines = [
         "---",
-        "library_name: transformers",
-        "tags: [memrl, reflection, grpo]",
-        *([f"base_model: {meta['base']}"] if meta.get("base") else []),
+        header.to_yaml(),
         "---",
         f"# {name}",
         "",

@@ -2,7 +2,8 @@
 
 LLaMA-Factory 0.9.5 pins transformers<=5.6.0, trl<=0.24, peft<=0.18.1, datasets<=4.0 and accelerate<=1.11, while
 memrl needs trl 1.x and the transformers range verl accepts: the two cannot share one environment. memrl builds
-a separate venv with the same torch as the running one and runs `llamafactory-cli` from it.
+a separate venv with the same torch as the running one and runs `llamafactory-cli` from it. The venv also holds
+what the generated YAML asks for beyond LLaMA-Factory's own requirements (its `report_to` logger).
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from memrl.core.errors import MemrlError
 from memrl.core.models import cache_dir
 
 LLAMAFACTORY_VERSION = "0.9.5"
+# What the YAML `llamafactory_run.sft_yaml` writes may name beyond LLaMA-Factory's own requirements, at memrl's
+# ranges: each logger `report_to` may name, and on GPU machines the ZeRO-2 config of a multi-GPU run.
+REPORT_PACKAGES = {"none": (), "wandb": ("wandb>=0.31,<0.32",)}
+GPU_PACKAGES = ("deepspeed>=0.19.8,<0.20",)
+# LLaMA-Factory 0.9.5 admits transformers 5.6.0, which verl excludes and later LLaMA-Factory releases exclude too.
+PINS = ("transformers>=4.55,<5.6",)
 _READY = ".memrl-ready"
 
 
@@ -43,6 +50,17 @@ def _torch_spec() -> tuple[str, bool]:
     return version, not torch.cuda.is_available() and "+cu" not in torch.__version__
 
 
+def constraints(torch_version: str) -> str:
+    """The environment's constraints file: every pip call (build environments too) keeps these."""
+    return "".join(f"{line}\n" for line in (f"torch=={torch_version}", *PINS))
+
+
+def requirements(cpu: bool) -> list[str]:
+    """LLaMA-Factory, every logger the YAML may report to and, on GPU machines, DeepSpeed."""
+    extra = sorted({req for reqs in REPORT_PACKAGES.values() for req in reqs})
+    return [f"llamafactory=={LLAMAFACTORY_VERSION}", *extra, *(() if cpu else GPU_PACKAGES)]
+
+
 def plan(env_dir: Path) -> list[Step]:
     """The commands that create the environment after the venv itself exists."""
     py = str(env_dir / "bin" / "python")
@@ -53,7 +71,7 @@ def plan(env_dir: Path) -> list[Step]:
         Step(f"install torch {torch_version}", [*pip, f"torch=={torch_version}"]),
         Step(
             f"install llamafactory {LLAMAFACTORY_VERSION}",
-            [*pip, "-c", str(constraint), f"llamafactory=={LLAMAFACTORY_VERSION}"],
+            [*pip, "-c", str(constraint), *requirements(cpu)],
         ),
     ]
     if cpu:
@@ -82,13 +100,16 @@ def ensure_env(
 ) -> Path:
     """Create the environment once (idempotent); return the path of its `llamafactory-cli`."""
     env_dir = (env_dir or default_env_dir()).expanduser().resolve()
-    if (env_dir / _READY).exists():
+    torch_version, cpu = _torch_spec()
+    # The marker records what was installed: an environment built to another spec (an older memrl) is rebuilt.
+    spec = " ".join([*requirements(cpu), *constraints(torch_version).split()])
+    ready = env_dir / _READY
+    if ready.is_file() and ready.read_text() == spec:
         return cli_path(env_dir)
     env_dir.mkdir(parents=True, exist_ok=True)
     log = log or env_dir / "setup.log"
     venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-    torch_version, _ = _torch_spec()
-    (env_dir / "constraints.txt").write_text(f"torch=={torch_version}\n")
+    (env_dir / "constraints.txt").write_text(constraints(torch_version))
     with log.open("a") as out:
         for step in plan(env_dir):
             if on_step is not None:
@@ -100,7 +121,7 @@ def ensure_env(
                 raise MemrlError(
                     f"LLaMA-Factory environment: step '{step.description}' failed (exit {code}); log: {log}"
                 )
-    (env_dir / _READY).write_text(LLAMAFACTORY_VERSION)
+    ready.write_text(spec)
     return cli_path(env_dir)
 
 

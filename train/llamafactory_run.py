@@ -149,6 +149,7 @@ def sft_yaml(
         "learning_rate": stage.lr,
         "num_train_epochs": float(stage.epochs),
         "warmup_ratio": stage.warmup_ratio,
+        "lr_scheduler_type": stage.lr_scheduler,
         "seed": seed,
         "per_device_eval_batch_size": stage.micro_batch_size,
         "eval_strategy": "steps",

@@ -1,4 +1,5 @@
-"""The run's report: held-out reward of every evaluated model, learning deltas, and the GRPO reward curve."""
+"""The run's report: held-out reward of every evaluated model, learning deltas, and the GRPO reward curve (TRL and
+verl stages)."""
 
 from __future__ import annotations
 
@@ -7,43 +8,63 @@ import json
 from pathlib import Path
 from typing import Any
 
+from memrl.train import verl_metrics
+from memrl.train.curves import TRAIN_REWARD, Panel, Points, draw, eval_reward
+from memrl.train.verl_metrics import METRICS_FILE
+
 
 def reward_curve(logs: dict[str, Path], out: Path) -> Path | None:
-    """Training reward (and its parts) per logged GRPO step, one line per GRPO stage."""
-    import matplotlib
+    """Training reward (and its parts) per GRPO step, one line each per GRPO stage: TRL stages from their
+    `log_history.json`, verl stages from their file logger's metrics (`verl_metrics.jsonl`)."""
+    series: dict[str, Points] = {}
+    for name, path in logs.items():
+        series |= _verl_rewards(name, path) if path.name == METRICS_FILE else _trl_rewards(name, path)
+    chart = draw([Panel("GRPO reward", series, "GRPO step", "mean reward of the rollouts")], out)
+    return chart.path if chart else None
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    series = {name: [row for row in json.loads(path.read_text()) if "reward" in row] for name, path in logs.items()}
-    series = {name: rows for name, rows in series.items() if rows}
-    if not series:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name, rows in series.items():
-        ax.plot([r["step"] for r in rows], [r["reward"] for r in rows], marker="o", label=f"{name} reward")
-        for part in sorted({k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean")}):
-            label = part.removeprefix("rewards/").removesuffix("/mean")
-            ax.plot([r["step"] for r in rows], [r.get(part) for r in rows], linestyle="--", label=f"{name} {label}")
-    ax.set_xlabel("GRPO step")
-    ax.set_ylabel("mean reward of the rollouts")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+def _trl_rewards(name: str, path: Path) -> dict[str, Points]:
+    rows = {int(r["step"]): r for r in json.loads(path.read_text()) if "reward" in r}
+    parts = sorted({k for r in rows.values() for k in r if k.startswith("rewards/") and k.endswith("/mean")})
+    out = {f"{name} reward": [(float(s), float(r["reward"])) for s, r in rows.items()]}
+    for part in parts:
+        label = part.removeprefix("rewards/").removesuffix("/mean")
+        out[f"{name} {label}"] = [(float(s), float(r[part])) for s, r in rows.items() if r.get(part) is not None]
     return out
 
 
+def _verl_rewards(name: str, path: Path) -> dict[str, Points]:
+    """verl logs the reward's parts for validation steps only: the train reward, then `eval <part>`."""
+    steps = verl_metrics.read(path.parent)
+    reward = [(float(s), r[TRAIN_REWARD]) for s, r in steps.items() if TRAIN_REWARD in r]
+    return {f"{name} reward": reward} | {f"{name} {label}": pts for label, pts in eval_reward(steps).items()}
+
+
+def grpo_logs(run_dir: Path, trl_logs: dict[str, Path]) -> dict[str, Path]:
+    """The TRL stages' logs and, for each other stage folder of the run, verl's metrics if it logged a reward."""
+    found = dict(trl_logs)
+    for path in sorted(run_dir.glob(f"*/{METRICS_FILE}")):
+        if path.parent.name not in found and any(TRAIN_REWARD in r for r in verl_metrics.read(path.parent).values()):
+            found[path.parent.name] = path
+    return found
+
+
 def write_report(
-    run_dir: Path, results: dict[str, dict[str, Any]], online: dict[str, Any] | None, grpo_logs: dict[str, Path]
+    run_dir: Path,
+    results: dict[str, dict[str, Any]],
+    online: dict[str, Any] | None,
+    trl_logs: dict[str, Path],
+    outcome_agreement: dict[str, Any] | None = None,
 ) -> Path:
-    """`report.json`: per model label its held-out metrics, and each label's score gain over the one before."""
+    """`report.json`: per model label its held-out metrics, and each label's score gain over the one before; with
+    `outcome_agreement` (train/outcome_reward.py), the next-session outcome reward's rank correlation with the
+    coverage judge on the held-out reflections."""
     labels = list(results)
     gains = {
         f"{after}_minus_{before}": _diff(results[after].get("score"), results[before].get("score"))
         for before, after in itertools.pairwise(labels)
     }
-    curve = reward_curve(grpo_logs, run_dir / "reward_curve.png")
+    curve = reward_curve(grpo_logs(run_dir, trl_logs), run_dir / "reward_curve.png")
     report = {
         "held_out": results,
         "mean_reward": {label: results[label].get("score") for label in labels},
@@ -52,6 +73,8 @@ def write_report(
         "online": online,
         "reward_curve": str(curve) if curve else None,
     }
+    if outcome_agreement is not None:
+        report["outcome_agreement"] = outcome_agreement
     path = run_dir / "report.json"
     path.write_text(json.dumps(report, indent=2))
     return path

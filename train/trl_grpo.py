@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def load_rl_split(data_dir: Path, split: str, tokenizer: Any, max_prompt_length:
     if not path.is_file():
         raise ConfigError(f"RL data {path} does not exist (run the reflection_data stage first)")
     data = load_dataset("json", data_files=str(path), split="train")
-    data = data.select_columns(["prompt", "ground_truth"])
+    data = data.select_columns([c for c in ("prompt", "ground_truth", "key") if c in data.column_names])
 
     kept = data.filter(lambda row: prompt_tokens(tokenizer, row["prompt"]) <= max_prompt_length)
     return kept, len(data) - len(kept)
@@ -53,11 +54,29 @@ def policy_model(stage: GRPOStage, base_model: str) -> tuple[Any, Any, str]:
     return load_causal_lm(start), lora, portable_ref(stage.init or base_model)
 
 
+def vllm_args(stage: GRPOStage) -> dict[str, Any]:
+    """GRPOConfig fields for generation: TRL's model.generate, or vLLM colocated in this process (`vllm: true`)."""
+    if not stage.vllm:
+        return {}
+    # The context vLLM must hold: the longest kept prompt plus the response budget.
+    return {
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_max_model_length": stage.max_prompt_length + stage.max_response_length,
+    }
+
+
+def require_vllm(stage: GRPOStage, name: str) -> None:
+    if stage.vllm and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"stages.{name}.vllm: vLLM is not installed (pip install vllm, on a GPU machine)")
+
+
 def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainContext, console: Any) -> Path:
+    require_vllm(stage, ctx.stage)  # before any model is loaded
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from memrl.rewards.trl_reward import reward_funcs, reward_weights
+    from memrl.train.outcome_reward import grpo_rewards
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(stage.init or base_model))
     train, dropped = load_rl_split(data_dir, "train", tokenizer, stage.max_prompt_length)
@@ -65,6 +84,7 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
         console.print(f"{ctx.stage}: dropped {dropped} prompts longer than {stage.max_prompt_length} tokens")
     if len(train) == 0:
         raise ConfigError(f"stages.{ctx.stage}: no training prompt fits max_prompt_length={stage.max_prompt_length}")
+    funcs, weights = grpo_rewards(stage.reward, data_dir)  # the judge reward, plus the outcome reward if set
     completions = stage.batch_size * stage.rollouts
     accumulation = accumulation_steps(completions, stage.micro_batch_size, ctx.stage, "batch_size x rollouts")
     args = base_args(
@@ -81,13 +101,14 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
         beta=stage.kl_coef,
         loss_type=stage.loss,
         scale_rewards="none" if stage.loss == "dr_grpo" else "group",
-        reward_weights=reward_weights(stage.reward),
+        reward_weights=weights,
+        **vllm_args(stage),
     )
     config = GRPOConfig(**apply_overrides(GRPOConfig, args, stage.overrides, ctx.stage))
     model, lora, base = policy_model(stage, base_model)
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=reward_funcs(stage.reward),
+        reward_funcs=[*funcs],  # a fresh list: TRL types its list of sync functions only
         args=config,
         train_dataset=train,
         processing_class=tokenizer,

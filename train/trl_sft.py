@@ -8,6 +8,7 @@ from typing import Any
 from memrl.core.checkpoints import load_causal_lm, portable_ref, tokenizer_source
 from memrl.core.errors import ConfigError
 from memrl.train.config import SFTStage
+from memrl.train.curves import LOSS_CURVE, loss_chart
 from memrl.train.trl_common import (
     TrainContext,
     accumulation_steps,
@@ -51,6 +52,7 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
         per_device_eval_batch_size=stage.micro_batch_size,
         gradient_accumulation_steps=accumulation,
         warmup_ratio=stage.warmup_ratio,
+        lr_scheduler_type=stage.lr_scheduler,
         max_length=stage.max_length,
         eval_strategy="epoch",
     )
@@ -66,7 +68,9 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
         peft_config=peft_config(stage.lora) if stage.lora is not None else None,
     )
     trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
-    return save_final(trainer, tokenizer, ctx, base=portable_ref(base_model), trainer_name="trl-sft")
+    final = save_final(trainer, tokenizer, ctx, base=portable_ref(base_model), trainer_name="trl-sft")
+    loss_chart(trainer.state.log_history, ctx.out_dir / LOSS_CURVE, title=f"{ctx.run_name} (TRL SFT)")
+    return final
 
 
 def _check_some_fit(data: Any, tokenizer: Any, max_length: int, stage: str) -> None:

@@ -2,10 +2,11 @@
 reference only, and the run itself with its output logged.
 
 GRPO runs `verl.trainer.main_ppo`; SFT runs `verl.trainer.sft_trainer` under torchrun on one node, or
-`verl.trainer.sft_trainer_ray` on a Ray cluster. With `cluster.ray_address` set the job goes through
-`ray job submit`; memrl and verl must then be installed on every node, and the data, model and output paths must
-be visible there. Secrets never enter the command: the Ray runtime environment names WANDB_*, HF_* and
-MEMRL_JUDGE_API_KEY variables as `${NAME}` references, filled in from the environment when the job is submitted.
+`verl.trainer.sft_trainer_ray` on a Ray cluster. With `cluster.ray_address` set the stage is a Ray job; memrl and
+verl must then be installed on every node, and the data, model and output paths must be visible there. Its argv is
+the `ray job submit` a shell would run (for --dry-run and the log), whose runtime environment names WANDB_*, HF_* and
+MEMRL_JUDGE_API_KEY variables as `${NAME}` references; `run_verl` submits that job through Ray's Python client
+instead of running the `ray` CLI, filling the references in memory, so no secret is ever on a command line.
 """
 
 from __future__ import annotations
@@ -14,20 +15,24 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from memrl.core.envrefs import substitute
 from memrl.core.errors import ConfigError
-from memrl.train import launch
+from memrl.train import launch, ray_jobs
 from memrl.train.config import ClusterConfig, GRPOStage
+from memrl.train.online.verl_data import USER_KEY_ENV
 
 PPO_ENTRY = "verl.trainer.main_ppo"
 SFT_ENTRY = "verl.trainer.sft_trainer"
 SFT_RAY_ENTRY = "verl.trainer.sft_trainer_ray"
 JUDGE_KEY_ENV = "MEMRL_JUDGE_API_KEY"
-ENV_PASSTHROUGH = ("WANDB_", "HF_", JUDGE_KEY_ENV)
+# VERL_FILE_LOGGER_: the metrics file; USER_KEY_ENV: the LLM user's key of a collab_grpo stage on verl.
+ENV_PASSTHROUGH = ("WANDB_", "HF_", "VERL_FILE_LOGGER_", JUDGE_KEY_ENV, USER_KEY_ENV)
 RUNTIME_ENV_FLAG = "--runtime-env-json"
+RAY_SUBMIT = ["ray", "job", "submit"]
 
 
 def secret_env(stage: GRPOStage) -> dict[str, str]:
@@ -78,9 +83,7 @@ def verl_command(
     if names:
         runtime_env["env_vars"] = {n: "${" + n + "}" for n in names}
     return [
-        "ray",
-        "job",
-        "submit",
+        *RAY_SUBMIT,
         "--address",
         cluster.ray_address,
         RUNTIME_ENV_FLAG,
@@ -93,13 +96,27 @@ def verl_command(
     ]
 
 
-def resolve_env_refs(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
-    """Fill the `${NAME}` references of the Ray runtime environment from the environment (in memory only); an unset
-    name becomes empty."""
-    out = list(argv)
-    for i in _runtime_env_args(argv):
-        out[i] = substitute(out[i], environ, fallback="", escape=lambda value: json.dumps(value)[1:-1])
-    return out
+@dataclass(frozen=True)
+class RaySubmission:
+    """A `ray job submit` argv read back: where it goes, what it runs, and its runtime environment with the
+    `${NAME}` references filled in (in memory only; an unset name becomes empty)."""
+
+    address: str
+    entrypoint: list[str]
+    runtime_env: dict[str, Any]
+
+    @classmethod
+    def parse(cls, argv: Sequence[str], environ: Mapping[str, str]) -> RaySubmission | None:
+        """None for an argv that is not `ray job submit ... -- ENTRYPOINT`."""
+        if list(argv[:3]) != RAY_SUBMIT or "--" not in argv:
+            return None
+        split = list(argv).index("--")
+        options = dict(zip(argv[3:split:2], argv[4:split:2], strict=False))
+        runtime_env = json.loads(options.get(RUNTIME_ENV_FLAG, "{}"))
+        if "env_vars" in runtime_env:
+            env_vars = runtime_env["env_vars"]
+            runtime_env["env_vars"] = {k: substitute(v, environ, fallback="") for k, v in env_vars.items()}
+        return cls(options["--address"], list(argv[split + 1 :]), runtime_env)
 
 
 def format_command(argv: Sequence[str], *, multiline: bool = True) -> str:
@@ -113,9 +130,16 @@ def _runtime_env_args(argv: Sequence[str]) -> set[int]:
 
 
 def run_verl(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None, tail: int = 20) -> int:
-    """Run the command, copying its output to `log_path` and the console; a failure raises with the last lines."""
+    """Run the command (a `ray job submit` argv: submit the job in-process), copying its output to `log_path` and
+    the console; a failure raises with the last lines."""
     full_env = dict(os.environ if env is None else env)
-    # The logged command keeps the `${NAME}` references; only the child process sees their values.
+    # The logged command keeps the `${NAME}` references; only the child process or the Ray job sees their values.
     shown = format_command(argv, multiline=False)
-    launch.run_logged(resolve_env_refs(argv, full_env), log_path, name="verl", shown=shown, env=full_env, tail=tail)
+    job = RaySubmission.parse(argv, full_env)
+    if job is None:
+        launch.run_logged(argv, log_path, name="verl", shown=shown, env=full_env, tail=tail)
+    else:
+        ray_jobs.run_job_logged(
+            job.address, job.entrypoint, job.runtime_env, log_path, name="verl", shown=shown, tail=tail
+        )
     return 0

@@ -9,10 +9,14 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from memrl.core.errors import ConfigError
+from memrl.rewards.config import JudgeConfig
+from memrl.rewards.verl_reward import ADV_ESTIMATOR, ADV_MODULE
+from memrl.rollout.config import VLLMModelConfig
 from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, SFTStage
+from memrl.train.verl_metrics import tracking_env
 
 Logger = Literal["wandb", "console"]
 
@@ -20,6 +24,9 @@ REWARD_MODULE = "memrl.rewards.verl_reward"
 # The async variant: verl's reward loop awaits it, and concurrent samples share one judge batch.
 REWARD_FUNCTION = "compute_score_async"
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs"
+RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"  # what every Ray process of a GRPO run gets
+# verl's FSDP optimizer schedules a constant or a cosine learning rate after the warm-up, nothing else.
+LR_SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
 
 # How each recipe loss aggregates token losses in verl (names from verl.trainer.ppo.core_algos.agg_loss).
 LOSS_AGG_MODE = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "dr_grpo": "seq-mean-token-sum-norm"}
@@ -76,7 +83,8 @@ def _lora(prefix: str, lora: LoraConfig) -> list[str]:
 
 
 def _loggers(logger: Logger) -> list[str]:
-    return ["console", "wandb"] if logger == "wandb" else ["console"]
+    """Always verl's `file` logger too: its metrics JSONL in the stage folder is what memrl draws the curves from."""
+    return ["console", "file", "wandb"] if logger == "wandb" else ["console", "file"]
 
 
 def reward_path(remote: bool) -> str:
@@ -91,20 +99,15 @@ def reward_path(remote: bool) -> str:
 
 def reward_kwargs(stage: GRPOStage) -> dict[str, Any]:
     """What verl passes to every reward call (`reward_kwargs`, read by memrl.rewards.verl_reward): the judge as a
-    full JudgeConfig mapping, the weights and the length penalty. Never a secret: the judge's API key is left out (it
+    full JudgeConfig mapping (or, for a judge verl hosts, `judge: llm` with no endpoint: the reward function then asks
+    verl's reward router), the weights and the length penalty. Never a secret: the judge's API key is left out (it
     would land in the command and verl's logs); `verl_command.secret_env` hands it to the job as MEMRL_JUDGE_API_KEY.
     """
     reward = stage.reward
     if reward.plain_text_notes:
         raise ConfigError("reward.plain_text_notes grades replies outside the JSON contract; verl training cannot")
-    judge = reward.judge.model_dump(mode="json")
-    if isinstance(judge.get("model"), dict) and "api_key" in judge["model"]:
-        judge["model"]["api_key"] = None
-    out: dict[str, Any] = {
-        "judge": judge,
-        "coverage_weight": reward.coverage_weight,
-        "format_weight": reward.format_weight,
-    }
+    out = _hosted_judge_kwargs(reward.judge) if hosts_judge(stage) else {"judge": _judge_mapping(reward.judge)}
+    out |= {"coverage_weight": reward.coverage_weight, "format_weight": reward.format_weight}
     if reward.length_penalty is not None:
         out["length_penalty"] = reward.length_penalty.model_dump(mode="json")
     if "${" in json.dumps(out):
@@ -113,38 +116,116 @@ def reward_kwargs(stage: GRPOStage) -> dict[str, Any]:
     return out
 
 
+def _judge_mapping(judge: JudgeConfig) -> dict[str, Any]:
+    out = judge.model_dump(mode="json")
+    if isinstance(out.get("model"), dict) and "api_key" in out["model"]:
+        out["model"]["api_key"] = None
+    return out
+
+
+# --- a judge verl hosts -------------------------------------------------------------------------------------------
+
+
+def hosts_judge(stage: GRPOStage) -> bool:
+    """A vLLM judge model in a verl stage is served by verl itself (`reward.reward_model`), colocated on the
+    training GPUs: no endpoint to start beside the job, and training keeps every GPU."""
+    return isinstance(stage.reward.judge.model, VLLMModelConfig)
+
+
+def _hosted_judge_kwargs(judge: JudgeConfig) -> dict[str, Any]:
+    """memrl.rewards.verl_reward's shorthand with no endpoint and no model name, so that it asks verl's router under
+    the name verl serves the model by. The shorthand carries no sampling, few-shot or cache switch: refuse those."""
+    default = JudgeConfig(kind="llm", model=judge.model)
+    for name in ("sampling", "few_shot", "cache"):
+        if getattr(judge, name) != getattr(default, name):
+            raise ConfigError(f"reward.judge.{name}: a judge verl hosts (model.backend vllm) uses the default")
+    out: dict[str, Any] = {"judge": "llm", "retries": judge.retries}
+    if judge.cache_dir is not None:
+        out["cache_dir"] = judge.cache_dir
+    return out
+
+
+def _hosted_judge(model: VLLMModelConfig, cluster: ClusterConfig) -> list[str]:
+    """verl 0.9.1's generative reward model: vLLM replicas in the training pool (asleep while the policy trains),
+    behind a router whose address reaches the reward function as `reward_router_address`."""
+    gpus = cluster.nnodes * cluster.gpus_per_node
+    if gpus % model.tensor_parallel_size:
+        raise ConfigError(
+            f"reward.judge.model.tensor_parallel_size {model.tensor_parallel_size} must divide the stage's {gpus} GPUs"
+        )
+    prefix = "reward.reward_model."
+    out = [
+        _kv(f"{prefix}enable", True),
+        _kv(f"{prefix}enable_resource_pool", False),
+        _kv(f"{prefix}model_path", model.model),
+        _kv(f"{prefix}rollout.name", "vllm"),
+        _kv(f"{prefix}rollout.tensor_model_parallel_size", model.tensor_parallel_size),
+    ]
+    # verl's own default (0.5) leaves room for the policy's weights beside it, unless the recipe says otherwise.
+    if "gpu_memory_utilization" in model.model_fields_set:
+        out.append(_kv(f"{prefix}rollout.gpu_memory_utilization", model.gpu_memory_utilization))
+    if model.max_model_len is not None:
+        out.append(_kv(f"{prefix}rollout.max_model_len", model.max_model_len))
+    return out
+
+
 # --- overrides ----------------------------------------------------------------------------------------------------
 
 
-def grpo_overrides(
-    stage: GRPOStage,
+class PolicyGRPO(Protocol):
+    """What both verl GRPO stages (the reflector's, the collaborator's) say about the policy and its groups."""
+
+    @property
+    def rollouts(self) -> int: ...
+    @property
+    def loss(self) -> str: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def micro_batch_size(self) -> int: ...
+    @property
+    def max_prompt_length(self) -> int: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def kl_coef(self) -> float: ...
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def lora(self) -> LoraConfig | None: ...
+    @property
+    def cluster(self) -> ClusterConfig: ...
+
+
+def policy_overrides(
+    stage: PolicyGRPO,
     *,
     model_path: str,
-    data_dir: Path,
-    out_dir: Path,
-    experiment: str,
-    project: str = "memrl",
-    logger: Logger = "console",
-    lora_adapter_path: str | None = None,
-    resume: bool = True,
-    seed: int = 0,
+    train_files: Path,
+    val_files: Path,
+    max_response_length: int,
+    external_modules: str,
+    seed: int,
+    lora_adapter_path: str | None,
 ) -> list[str]:
-    """Hydra overrides for `python -m verl.trainer.main_ppo` (config `ppo_trainer`); `stage.overrides` come last."""
+    """The algorithm, data, actor, rollout and LoRA overrides of a verl GRPO stage, whatever its reward."""
     if stage.rollouts < 2:
         raise ConfigError("GRPO needs at least 2 rollouts per prompt: a group of one has no relative advantage")
-    remote = stage.cluster.ray_address is not None
     mb = stage.micro_batch_size
     gpus = stage.cluster.gpus_per_node
     out: list[str] = [
-        _kv("algorithm.adv_estimator", "grpo"),
+        # verl's GRPO over the scored samples only (a failed judge or episode scores NaN): memrl.rewards.verl_advantage,
+        # which verl imports in every process from VERL_USE_EXTERNAL_MODULES (comma-separated).
+        _kv("algorithm.adv_estimator", ADV_ESTIMATOR),
+        "+" + _kv(f"{RUNTIME_ENV}.VERL_USE_EXTERNAL_MODULES", external_modules),
         _kv("algorithm.use_kl_in_reward", False),
         # Dr. GRPO drops the std scaling of the group advantage along with the per-sequence length normalisation.
         _kv("algorithm.norm_adv_by_std_in_grpo", stage.loss != "dr_grpo"),
-        _kv("data.train_files", str(data_dir / "rl" / "train.parquet")),
-        _kv("data.val_files", str(data_dir / "rl" / "eval.parquet")),
+        _kv("data.train_files", str(train_files)),
+        _kv("data.val_files", str(val_files)),
         _kv("data.train_batch_size", stage.batch_size),
         _kv("data.max_prompt_length", stage.max_prompt_length),
-        _kv("data.max_response_length", stage.max_response_length),
+        _kv("data.max_response_length", max_response_length),
         # A prompt longer than the budget is dropped up front instead of failing the run mid-epoch.
         _kv("data.filter_overlong_prompts", True),
         # verl's default (null) seeds the shuffling sampler from the clock: a resumed run would see another order.
@@ -165,7 +246,7 @@ def grpo_overrides(
         ]
     if stage.loss == "dr_grpo":
         # A constant horizon: the sum over tokens is divided by the response budget, whatever the batch's padding.
-        out.append(_kv("actor_rollout_ref.actor.loss_scale_factor", stage.max_response_length))
+        out.append(_kv("actor_rollout_ref.actor.loss_scale_factor", max_response_length))
     out += [
         _kv("actor_rollout_ref.rollout.name", "vllm"),
         _kv("actor_rollout_ref.rollout.n", stage.rollouts),
@@ -185,6 +266,37 @@ def grpo_overrides(
             out.append(_kv("actor_rollout_ref.model.lora_adapter_path", lora_adapter_path))
     elif lora_adapter_path is not None:
         raise ConfigError("an SFT LoRA adapter can only start a GRPO stage that trains LoRA too (set stages.*.lora)")
+    return out
+
+
+def grpo_overrides(
+    stage: GRPOStage,
+    *,
+    model_path: str,
+    data_dir: Path,
+    out_dir: Path,
+    experiment: str,
+    project: str = "memrl",
+    logger: Logger = "console",
+    lora_adapter_path: str | None = None,
+    resume: bool = True,
+    seed: int = 0,
+) -> list[str]:
+    """Hydra overrides for `python -m verl.trainer.main_ppo` (config `ppo_trainer`); `stage.overrides` come last."""
+    remote = stage.cluster.ray_address is not None
+    out = policy_overrides(
+        stage,
+        model_path=model_path,
+        train_files=data_dir / "rl" / "train.parquet",
+        val_files=data_dir / "rl" / "eval.parquet",
+        max_response_length=stage.max_response_length,
+        external_modules=ADV_MODULE,
+        seed=seed,
+        lora_adapter_path=lora_adapter_path,
+    )
+    if hosts_judge(stage):
+        assert isinstance(stage.reward.judge.model, VLLMModelConfig)
+        out += _hosted_judge(stage.reward.judge.model, stage.cluster)
     out += [
         _kv("reward.custom_reward_function.path", reward_path(remote)),
         _kv("reward.custom_reward_function.name", REWARD_FUNCTION),
@@ -193,6 +305,11 @@ def grpo_overrides(
         # Every epoch has at least one step, so this many epochs never stops the run before max_steps.
         _kv("trainer.total_epochs", stage.max_steps),
         *_trainer_common(stage.checkpoints.save_steps, stage.cluster, out_dir, experiment, project, logger, resume),
+        # verl's loggers run in its Ray workers: the file logger's path (and wandb's folder) travel in their env.
+        *(
+            "+" + _kv(f"{RUNTIME_ENV}.{name}", value)
+            for name, value in tracking_env(out_dir, wandb=logger == "wandb").items()
+        ),
     ]
     return out + list(stage.overrides)
 
@@ -207,8 +324,10 @@ def sft_overrides(
     project: str = "memrl",
     logger: Logger = "console",
     resume: bool = True,
+    seed: int = 0,
 ) -> list[str]:
-    """Hydra overrides for verl's SFT trainer (config `sft_trainer_engine`); `stage.overrides` come last."""
+    """Hydra overrides for verl's SFT trainer (config `sft_trainer_engine`); `stage.overrides` come last. Its loggers
+    read their paths from the environment (`verl_metrics.tracking_env`), which the command's runner sets."""
     world = stage.cluster.nnodes * stage.cluster.gpus_per_node
     if stage.batch_size % world or (stage.batch_size // world) % stage.micro_batch_size:
         raise ConfigError(
@@ -231,10 +350,19 @@ def sft_overrides(
     ]
     if stage.lora is not None:
         out += _lora("model.", stage.lora)
+    if stage.lr_scheduler not in LR_SCHEDULERS:
+        raise ConfigError(
+            f"verl SFT schedules the learning rate {' or '.join(LR_SCHEDULERS)} after the warm-up; "
+            f"lr_scheduler {stage.lr_scheduler!r} needs trainer trl or llamafactory"
+        )
     out += [
         _kv("optim.lr", stage.lr),
         _kv("optim.lr_warmup_steps_ratio", stage.warmup_ratio),
+        _kv("optim.lr_scheduler_type", LR_SCHEDULERS[stage.lr_scheduler]),
         _kv("trainer.total_epochs", math.ceil(stage.epochs)),
+        # verl 0.9.1 records trainer.seed with the run; engine.seed seeds its full-determinism mode.
+        _kv("trainer.seed", seed),
+        _kv("engine.seed", seed),
     ]
     if stage.max_steps is not None:
         out.append(_kv("trainer.total_training_steps", stage.max_steps))

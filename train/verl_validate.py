@@ -166,6 +166,8 @@ def _ppo_checks(cfg: DictConfig) -> None:
 
     omega_conf_to_dataclass(cfg.algorithm)
     omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    if cfg.reward.reward_model.enable:  # a judge verl hosts: its vLLM settings, checked as verl will read them
+        omega_conf_to_dataclass(cfg.reward.reward_model)
     rank = int(cfg.actor_rollout_ref.model.get("lora_rank", 0) or 0)
     if rank > 0 and importlib.util.find_spec("vllm") is None:
         # verl asks vLLM for its largest LoRA rank and cannot import it on a CPU machine: check it here instead.

@@ -13,11 +13,13 @@ from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
 
 
 class CollabSampling(StrictModel):
-    """Sampling per role. Budgets fit each role's JSON on the CPU default model; raise them for real models."""
+    """Sampling per role. The LLM user samples as the original harness does (temperature 1.0, 1,024 tokens; cut
+    replies are counted in the metrics' `truncations`); the other budgets fit each role's JSON on the CPU default
+    model: raise them for real models."""
 
     agent: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=96, seed=0)
     retrieval: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=64)
-    user: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=256, seed=0)
+    user: SamplingConfig = SamplingConfig(temperature=1.0, max_tokens=1024, seed=0)
     reflector: SamplingConfig = SamplingConfig(temperature=0.7, max_tokens=192, seed=0)
     judge: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=128)
 
@@ -35,6 +37,11 @@ class CollabEvalConfig(StrictModel):
     users: PositiveInt = Field(default=4, description="simulated users, each with a persona and three preferences")
     sessions: PositiveInt = Field(default=20, description="sessions per user, in order")
     max_turns: PositiveInt = Field(default=10, description="user-agent exchanges per session")
+    original_harness: bool = Field(
+        default=False,
+        description="play the original harness's session rules (agent greets first, stop token only, last said "
+        "draft graded, greeting counted in length); see docs/collab.md",
+    )
     agent: AgentKind = Field(default=AgentKind.MEMORY, description="memory | none | oracle | history-3 | history-all")
     simulator: Literal["rule", "llm"] = Field(default="rule", description="the user simulator: rule (checkers) | llm")
     model: ModelConfig = Field(default=HFModelConfig(backend="hf", model="smollm2"), description="the agent's model")

@@ -14,6 +14,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from memrl.core.errors import ConfigError
+from memrl.core.files import read_json
+
 METRICS = ("task_success", "user_effort", "length")
 _LABELS = {"task_success": "task success", "user_effort": "user effort", "length": "conversation length"}
 
@@ -68,9 +71,12 @@ def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if not records:
         return {"sessions": 0}
     failures: dict[str, int] = defaultdict(int)
+    truncations: dict[str, int] = defaultdict(int)
     for r in records:
         for k, v in r["parse_failures"].items():
             failures[k] += v
+        for k, v in r.get("truncations", {}).items():  # absent from runs recorded before it was counted
+            truncations[k] += v
     per_user = {u: _means(rs) for u, rs in _grouped(records, lambda r: r["user_id"]).items()}
     # The paper averages over each user's sessions first, then over users.
     overall = {m: round(fmean(u[m] for u in per_user.values()), 4) for m in METRICS}
@@ -82,6 +88,7 @@ def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "per_user": per_user,
         "per_task": {t: _means(rs) for t, rs in _grouped(records, lambda r: r["task"]).items()},
         "parse_failures": dict(failures),
+        "truncations": dict(truncations),
         "simulator_fidelity": _fidelity(records),
         **_token_report(records),
     }
@@ -136,7 +143,12 @@ def write_report(records: Sequence[dict[str, Any]], out: Path, failed: Sequence[
 
 def write_comparison(with_memory: Path, without: Path, out: Path) -> list[dict[str, float]]:
     """deltas.json and deltas.png from two finished runs' metrics.json."""
-    deltas = session_deltas(*(json.loads((d / "metrics.json").read_text()) for d in (with_memory, without)))
+    runs = [read_json(d / "metrics.json", ConfigError) for d in (with_memory, without)]
+    try:
+        deltas = session_deltas(*runs)
+    except (KeyError, TypeError) as exc:  # a metrics.json of another shape: name the key it lacks
+        where = f"{with_memory / 'metrics.json'} or {without / 'metrics.json'}"
+        raise ConfigError(f"{where}: not the metrics of a collab run (bad or missing {exc})") from None
     out.mkdir(parents=True, exist_ok=True)
     (out / "deltas.json").write_text(json.dumps(deltas, indent=2) + "\n")
     plot_sessions(deltas, out / "deltas.png", "per-session delta: memory - no memory")

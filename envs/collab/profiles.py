@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError
+from memrl.core.files import read_text
 from memrl.core.preferences import TAXONOMY, from_original, get_preference
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 
@@ -65,22 +66,36 @@ PERSONAS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class UserProfile:
+    """`wording`: the original benchmark's sentence for each preference (with its examples), which the LLM user is
+    prompted with when a profile carries it; the checkers and the rule user work from the preference ids."""
+
     id: str
     persona: str
     preferences: tuple[str, str, str]  # preference ids, from three distinct categories
+    wording: tuple[str, str, str] | None = None
 
     def __post_init__(self) -> None:
         prefs = [get_preference(p) for p in self.preferences]  # unknown ids fail here, in one line
         if len(prefs) != 3 or len({p.category for p in prefs}) != 3:
             raise ConfigError(f"user {self.id!r}: needs 3 preferences from distinct categories, got {self.preferences}")
 
+        if self.wording is not None and len(self.wording) != len(self.preferences):
+            raise ConfigError(f"user {self.id!r}: wording gives {len(self.wording)} sentences for 3 preferences")
+
     def to_record(self) -> dict[str, Any]:
-        return {"id": self.id, "persona": self.persona, "preferences": list(self.preferences)}
+        record: dict[str, Any] = {"id": self.id, "persona": self.persona, "preferences": list(self.preferences)}
+        return record if self.wording is None else record | {"wording": list(self.wording)}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> UserProfile:
         try:
-            return cls(str(record["id"]), str(record["persona"]), tuple(record["preferences"]))
+            wording = record.get("wording")
+            return cls(
+                str(record["id"]),
+                str(record["persona"]),
+                tuple(record["preferences"]),
+                None if wording is None else tuple(str(w) for w in wording),  # type: ignore[arg-type]
+            )
         except KeyError as exc:
             raise ConfigError(f"user profile record lacks key {exc.args[0]!r}") from exc
 
@@ -107,8 +122,9 @@ def sample_profiles(
 
 
 def _from_original(record: dict[str, Any]) -> UserProfile:
-    prefs = tuple(from_original(text).id for text in record["preferences"])
-    return UserProfile(f"orig-{record['i']}", str(record["persona"]), prefs)  # type: ignore[arg-type]
+    texts = tuple(str(text) for text in record["preferences"])
+    prefs = tuple(from_original(text).id for text in texts)
+    return UserProfile(f"orig-{record['i']}", str(record["persona"]), prefs, texts)  # type: ignore[arg-type]
 
 
 def load_profiles(path: str | Path) -> list[UserProfile]:
@@ -116,7 +132,7 @@ def load_profiles(path: str | Path) -> list[UserProfile]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"user profile file not found: {path}")
-    text = path.read_text()
+    text = read_text(path, ConfigError)
     try:
         records = (
             [json.loads(line) for line in text.splitlines() if line.strip()]

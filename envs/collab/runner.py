@@ -21,7 +21,6 @@ from typing import Any
 from rich.console import Console
 
 from memrl.core.errors import BackendError, MemrlError, first_line
-from memrl.envs.actors import EnvRun
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
@@ -29,7 +28,7 @@ from memrl.envs.collab.problems import AnswerKind, Problem, get_task, load_probl
 from memrl.envs.collab.profiles import UserProfile, load_profiles, sample_profiles, split_profiles
 from memrl.envs.collab.session import SessionSpec, failed_record, run_session, session_key
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
-from memrl.envs.driver import Chain, Schedule, World, drive
+from memrl.envs.driver import Chain, DrivenRun, Schedule, World, drive
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig
@@ -110,6 +109,7 @@ class SessionRunner:
         importlib.import_module("math_verify")
         sampling = cfg.sampling
         self.max_turns = cfg.max_turns
+        self.original = cfg.original_harness
         self._backends: list[ChatBackend] = []
         agent_backend = self._build(roles.agent)
         reflector = None
@@ -121,7 +121,7 @@ class SessionRunner:
         judge = self._build(roles.judge) if roles.judge is not None else None
         self.grader = Grader(judge, sampling.judge.params())
         self.simulator: UserSimulator = (
-            LLMUserSimulator(self._build(roles.user), sampling.user.params())
+            LLMUserSimulator(self._build(roles.user), sampling.user.params(), cfg.original_harness)
             if roles.user is not None
             else RuleUserSimulator(self.grader, seed=cfg.seed)
         )
@@ -139,7 +139,13 @@ class SessionRunner:
         spec = SessionSpec(UserProfile.from_record(profile), Problem.from_record(problem), index)
         try:
             record, _ = await run_session(
-                spec, self.agent, self.simulator, self.grader, AgentMemory.from_record(memory), self.max_turns
+                spec,
+                self.agent,
+                self.simulator,
+                self.grader,
+                AgentMemory.from_record(memory),
+                self.max_turns,
+                self.original,
             )
         except BackendError as exc:  # the endpoint failed after the client's own retries: a failed session
             return failed_record(spec, self.agent.kind.value, first_line(exc))
@@ -162,12 +168,12 @@ def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[
     return collab_run(cfg, out, console).records
 
 
-def collab_run(cfg: CollabEvalConfig, out: Path, console: Console) -> EnvRun:
+def collab_run(cfg: CollabEvalConfig, out: Path, console: Console) -> DrivenRun:
     """Run (or resume) the evaluation into `out`.
 
     A session whose endpoint fails after retries is logged in `failed.jsonl` and its user stops for this run (its
     next session needs the memory this one would have written); the other users go on. A run in which sessions
-    failed and none finished raises the first failure as one line.
+    failed and none finished raises the first failure as one line on `check()`.
     """
     users = select_profiles(cfg)
     plan = assign_problems(users, select_problems(cfg), cfg.sessions, cfg.seed)

@@ -23,6 +23,7 @@ from memrl.envs.episode import PolicyReply, Step, check_step, play
 from memrl.rollout.base import Message
 
 MAX_TURNS = 10  # user-agent exchanges per session, as in the paper
+GREETING = "How can I help you?"  # the original harness's first turn, said by the agent before the user opens
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,25 @@ class CollabEpisode:
     `user_effort` (enforcing utterances) and `length` (turns); earlier steps carry none. `info` has the user's
     reaction (`enforce`, `violated`, `draft_answer`), and on the last step `ended_by` ("user" or "max_turns").
     The record is the environment's side of the session record: `run_session` adds the agent's.
+
+    `original=True` plays the original harness's rules (docs/collab.md lists them): the agent greets first and the
+    greeting counts in `length`; when time runs out the user never reads the last reply, so the graded draft is the
+    one of the user's last said turn.
     """
 
-    def __init__(self, spec: SessionSpec, simulator: UserSimulator, grader: Grader, max_turns: int = MAX_TURNS) -> None:
+    def __init__(
+        self,
+        spec: SessionSpec,
+        simulator: UserSimulator,
+        grader: Grader,
+        max_turns: int = MAX_TURNS,
+        original: bool = False,
+    ) -> None:
         if max_turns < 1:
             raise ValueError(f"a session needs at least one exchange, got max_turns={max_turns}")
         self.spec = spec
         self.max_turns = max_turns
+        self.original = original
         self._simulator = simulator
         self._grader = grader
         self._user: UserSession | None = None  # None until reset
@@ -91,7 +104,9 @@ class CollabEpisode:
         self._turns: list[Message] = []  # what the agent sees
         self._log: list[dict[str, Any]] = []  # the same turns with the user's flags and the agent's retrieval
         self._failures = {"agent": 0, "user": 0, "retrieval": 0}
+        self._truncations = {"user": 0}
         self._replies = 0
+        self._said_draft = ""
 
     async def reset(self) -> list[Message]:
         """Start the session afresh (a new user session) and return the user's opening."""
@@ -100,8 +115,13 @@ class CollabEpisode:
         self._record = None
         self._turns, self._log = [], []
         self._failures = {"agent": 0, "user": 0, "retrieval": 0}
+        self._truncations = {"user": 0}
         self._replies = 0
-        self._say(await self._user.open(), {})
+        if self.original:
+            self._turns.append({"role": "assistant", "content": GREETING})
+            self._log.append({"role": "assistant", "content": GREETING, "retrieved": None})
+        self._said_draft = (opening := await self._user.open(GREETING if self.original else None)).draft_answer
+        self._say(opening, {})
         return list(self._turns)
 
     def _say(self, turn: UserTurn, view: dict[str, Any]) -> None:
@@ -109,6 +129,7 @@ class CollabEpisode:
         entry = {"role": "user", "content": turn.response, "enforce": turn.enforce, "violated": list(turn.violated)}
         self._log.append(entry | view)
         self._failures["user"] += turn.parse_failed
+        self._truncations["user"] += turn.truncated
 
     async def step(
         self,
@@ -125,6 +146,9 @@ class CollabEpisode:
         self._failures["agent"] += parse_failed
         self._failures["retrieval"] += retrieval_failed
         self._replies += 1
+        if self.original and self._replies >= self.max_turns:  # the original loop ends before the user reads it
+            record = await self._finish(self._said_draft, "max_turns")
+            return Step(list(self._turns), self._reward(record), True, {"ended_by": "max_turns"})
         turn = await user.reply(self._turns)
         view = _checker_view(self.spec, reply, turn)
         info: dict[str, Any] = {
@@ -137,13 +161,18 @@ class CollabEpisode:
             ended_by = "user"
         elif self._replies >= self.max_turns:
             self._failures["user"] += turn.parse_failed  # the user read the last reply and updated the draft
+            self._truncations["user"] += turn.truncated
             ended_by = "max_turns"
         else:
             self._say(turn, view)
+            self._said_draft = turn.draft_answer
             return Step(list(self._turns), info=info)
         record = await self._finish(turn.draft_answer, ended_by)
-        reward = {name: float(record[name]) for name in ("task_success", "user_effort", "length")}
-        return Step(list(self._turns), reward, True, info | {"ended_by": ended_by})
+        return Step(list(self._turns), self._reward(record), True, info | {"ended_by": ended_by})
+
+    @staticmethod
+    def _reward(record: dict[str, Any]) -> dict[str, float]:
+        return {name: float(record[name]) for name in ("task_success", "user_effort", "length")}
 
     async def _finish(self, draft: str, ended_by: str) -> dict[str, Any]:
         spec = self.spec
@@ -166,6 +195,7 @@ class CollabEpisode:
             "length": len(self._turns),
             "ended_by": ended_by,
             "parse_failures": self._failures,
+            "truncations": self._truncations,
             "started_at": self._started,
             "finished_at": time.time(),
         }
@@ -185,10 +215,11 @@ async def run_session(
     grader: Grader,
     memory: AgentMemory,
     max_turns: int = MAX_TURNS,
+    original: bool = False,
 ) -> tuple[dict[str, Any], AgentMemory]:
     """Run the session (the agent plays a `CollabEpisode`, then reflects); return its record and the agent's memory
     for the user's next session."""
-    episode = CollabEpisode(spec, simulator, grader, max_turns)
+    episode = CollabEpisode(spec, simulator, grader, max_turns, original)
 
     async def policy(observation: list[Message]) -> PolicyReply:
         reply = await agent.reply(spec.profile, memory, observation)
@@ -225,4 +256,5 @@ _OUTCOME_KEYS = (
     "user_effort",
     "length",
     "ended_by",
+    "truncations",
 )

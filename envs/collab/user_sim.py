@@ -11,7 +11,7 @@ import random
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memrl.core.preferences import REQUESTS, as_prompt_text, get_preference
 from memrl.envs.collab.checkers import TurnContext, Verdict, check, is_clarifying_question
@@ -34,6 +34,7 @@ class UserTurn:
     violated: tuple[str, ...] = ()  # preference ids the checkers found violated in the agent's last reply
     reasoning: str = ""
     parse_failed: bool = False
+    truncated: bool = False  # the simulator's reply hit its token budget (its JSON may be cut)
 
 
 def checker_verdicts(profile: UserProfile, reply: str, context: TurnContext) -> dict[str, Verdict]:
@@ -48,8 +49,8 @@ class UserSession(ABC):
         self.draft = INITIAL_DRAFT
 
     @abstractmethod
-    async def open(self) -> UserTurn:
-        """The user's first message: a description of the problem."""
+    async def open(self, greeting: str | None = None) -> UserTurn:
+        """The user's first message: a description of the problem (an answer to the agent's `greeting`, if any)."""
 
     @abstractmethod
     async def reply(self, turns: Sequence[Message]) -> UserTurn:
@@ -120,7 +121,7 @@ class RuleUserSession(UserSession):
     def __post_init__(self) -> None:
         self._rand = _rng(self.seed, self.profile.id, self.problem.id)
 
-    async def open(self) -> UserTurn:
+    async def open(self, greeting: str | None = None) -> UserTurn:
         self._turn = 1
         return UserTurn(f"{self._rand.choice(_OPENERS)} {self.problem.question}")
 
@@ -164,20 +165,34 @@ class RuleUserSimulator(UserSimulator):
 
 
 class LLMUserSession(UserSession):
-    """An LLM plays the user. The contract is enforced in code too: no draft change or ending while enforcing."""
+    """An LLM plays the user. The contract is enforced in code too: no draft change or ending while enforcing.
+
+    `original=True` takes the model at its word as the original harness does: the draft it writes is kept even
+    while it enforces, and only the stop token in its message ends the session (`should_terminate` is not read)."""
 
     def __init__(
-        self, profile: UserProfile, problem: Problem, max_turns: int, backend: ChatBackend, sampling: SamplingParams
+        self,
+        profile: UserProfile,
+        problem: Problem,
+        max_turns: int,
+        backend: ChatBackend,
+        sampling: SamplingParams,
+        original: bool = False,
     ) -> None:
         super().__init__(profile, problem, max_turns)
         self.backend = backend
         self.sampling = sampling
-        self._preferences = [as_prompt_text(get_preference(p)) for p in profile.preferences]
+        self.original = original
+        # The original sentence (with its examples) where the profile carries it, else our paraphrase.
+        self._preferences = list(profile.wording or (as_prompt_text(get_preference(p)) for p in profile.preferences))
         self._task = get_task(problem.task).description
 
     async def _ask(self, turns: Sequence[Message]) -> UserTurn:
         messages = user_messages(self._task, self.problem.question, self.profile.persona, self._preferences, turns)
-        raw = (await self.backend.achat(messages, self.sampling)).text
+        completion = await self.backend.achat(messages, self.sampling)
+        return replace(self._parse(completion.text), truncated=completion.finish_reason == "length")
+
+    def _parse(self, raw: str) -> UserTurn:
         parsed = parse_json_object(raw, required=("response",))
         if isinstance(parsed, JSONParseFailure):
             # Counted as a parse failure; the session goes on with the raw text as the user's message.
@@ -189,17 +204,22 @@ class LLMUserSession(UserSession):
             return UserTurn(text, draft_answer=self.draft, parse_failed=True)
         response = data["response"].strip()
         enforce = _as_bool(data.get("enforce_preferences"))
-        if not enforce:
+        if not enforce or self.original:
             self.draft = field_text(data.get("draft_answer")).strip() or self.draft
-        terminate = not enforce and (_as_bool(data.get("should_terminate")) or TERMINATE in response)
+        if self.original:
+            terminate = TERMINATE in response
+        else:
+            terminate = not enforce and (_as_bool(data.get("should_terminate")) or TERMINATE in response)
         return UserTurn(
             response or TERMINATE, enforce, self.draft, terminate, reasoning=field_text(data.get("reasoning"))
         )
 
-    async def open(self) -> UserTurn:
-        turn = await self._ask([])
+    async def open(self, greeting: str | None = None) -> UserTurn:
+        turn = await self._ask([] if greeting is None else [{"role": "assistant", "content": greeting}])
         # Nothing to enforce or end before the agent has spoken.
-        return UserTurn(turn.response, draft_answer=self.draft, parse_failed=turn.parse_failed)
+        return UserTurn(
+            turn.response, draft_answer=self.draft, parse_failed=turn.parse_failed, truncated=turn.truncated
+        )
 
     async def reply(self, turns: Sequence[Message]) -> UserTurn:
         return await self._ask(turns)
@@ -215,6 +235,7 @@ def _as_bool(value: object) -> bool:
 class LLMUserSimulator(UserSimulator):
     backend: ChatBackend
     sampling: SamplingParams
+    original: bool = False
 
     def start(self, profile: UserProfile, problem: Problem, max_turns: int) -> UserSession:
-        return LLMUserSession(profile, problem, max_turns, self.backend, self.sampling)
+        return LLMUserSession(profile, problem, max_turns, self.backend, self.sampling, self.original)

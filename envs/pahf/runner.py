@@ -20,8 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from memrl.core.errors import BackendError, first_line
-from memrl.envs.actors import EnvRun
-from memrl.envs.driver import Chain, Schedule, World, drive
+from memrl.envs.driver import Chain, DrivenRun, Schedule, World, drive
 from memrl.envs.pahf.agent import ABILITIES, MemoryWriter, PahfAgent
 from memrl.envs.pahf.config import PahfEvalConfig
 from memrl.envs.pahf.memory import MemoryStore, build_memory
@@ -142,13 +141,13 @@ class UserRunner:
 # --- driver -------------------------------------------------------------------------------------------------------
 
 
-def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> EnvRun:
+def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> DrivenRun:
     """Run (or resume) the protocol into `out`.
 
     Every task carries the notes its user held after their previous recorded task, so a restarted worker (or a
     rerun) rebuilds a store that a killed task left half-written. A task whose endpoint fails after the client's
     retries goes to `failed.jsonl` and its user stops for this run (later tasks need its memory); a run in which
-    tasks failed and none finished raises the first failure as one line.
+    tasks failed and none finished raises the first failure as one line on `check()`.
     """
     plan = plan_jobs(cfg)
     schedule: Schedule[Job, list[str]] = Schedule(

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from memrl.core.files import read_json
 from memrl.core.jsonl import ResumableJsonl
 from memrl.envs.tod.formats import Individual, Session, Stage, individual_path, write_individual
 from memrl.envs.tod.schema import TodDataError
@@ -231,7 +232,7 @@ def check_run_config(out_dir: str | Path, config: dict[str, Any]) -> None:
     """A rerun into the same folder must use the same settings, or resumed sessions would belong to another plan."""
     path = Path(out_dir) / ".progress" / "config.json"
     if path.exists():
-        previous = json.loads(path.read_text())
+        previous = read_json(path, TodDataError)
         for key, value in config.items():
             if previous.get(key) != value:
                 raise TodDataError(

@@ -2,8 +2,10 @@
 
 The anchor of a task lives in the unit's intent description ("reserve a table at a restaurant; name of the restaurant
 Sino"); the QA pairs carry the facts with generic, schema-derived questions. `TemplateMemoryBuilder` is offline and
-deterministic; `LLMMemoryBuilder` asks a chat model for the same JSON and falls back to the template, per session,
-whenever the reply is unusable. Access is causal: a query at session t only sees `bank.before(t)`.
+deterministic: it reads a generated session's turn annotations, and an unannotated (released) session's words through
+`extract.TextExtractor`, never the confirmation state. `LLMMemoryBuilder` asks a chat model for the same JSON (the
+paper's memory writer) and falls back to the template, per session, whenever the reply is unusable. Access is causal:
+a query at session t only sees `bank.before(t)`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memrl.core.files import atomic_write_json
+from memrl.envs.tod.extract import Lexicon, TextExtractor, lexicon_from_sgd
 from memrl.envs.tod.formats import Individual, Session, Turn, mentions, read_json
+from memrl.envs.tod.labels import same_value
 from memrl.envs.tod.schema import Schemas, TodDataError, intent_phrase, slot_phrase, slot_question
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
 from memrl.rollout.json_output import field_text, parse_json_object
@@ -89,19 +93,15 @@ class MemoryBank:
 # --- facts of a session ---------------------------------------------------------------------------------------------
 
 
-def session_facts(session: Session, goal: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Slot -> last value stated in the session (annotations; else the goal's values found in the utterances).
-
-    A confirming session also knows what was confirmed, so its confirmation state counts as stated.
-    """
+def session_facts(session: Session, extractor: TextExtractor) -> dict[str, str]:
+    """Slot -> last value stated in the session: the turns' annotations (generated data, whose confirmation state
+    counts as stated), else what `extractor` reads in the words."""
     turns: Sequence[Turn] = session.turns
+    if not any(t.slots for t in turns):
+        return extractor.facts(session)
     facts: dict[str, str] = {}
-    if any(t.slots for t in turns):
-        for turn in turns:
-            facts.update(turn.slots)
-    elif goal:
-        context = session.context()
-        facts = {s: v for s, v in goal.items() if any(mentions(t.utterance, v) for t in context)}
+    for turn in turns:
+        facts.update(turn.slots)
     if session.confirmation_state is not None:
         facts.update(session.confirmation_state.slot_values)
     return facts
@@ -130,12 +130,23 @@ class MemoryBuilder(Protocol):
 
 @dataclass
 class TemplateMemoryBuilder:
-    """Offline units from slot annotations (or the task's confirmed values found in the text); never fails."""
+    """Offline units from slot annotations, or from what an unannotated session's words state; never fails.
+
+    `lexicon` lists known values of free-text slots (`extract.lexicon_from_sgd`), which the extractor looks for."""
 
     failures: int = 0
+    lexicon_from: Path | None = None  # an SGD schema file or folder; its dialogues give the lexicon, read when needed
+    _lexicon: Lexicon | None = field(default=None, init=False, repr=False)
+
+    @property
+    def lexicon(self) -> Lexicon:
+        if self._lexicon is None:
+            self._lexicon = lexicon_from_sgd(self.lexicon_from) if self.lexicon_from is not None else {}
+        return self._lexicon
 
     def unit(self, ind: Individual, session: Session, schemas: Schemas) -> MemoryUnit:
-        facts = session_facts(session, ind.confirmed(session.reference_dialogue_id))
+        annotated = any(t.slots for t in session.turns)
+        facts = session_facts(session, TextExtractor(schemas, {} if annotated else self.lexicon))
         description = template_intent_description(session, facts, schemas)
         return MemoryUnit.of_session(ind.persona_id, session, description, ordered_qa(session, facts, schemas))
 
@@ -209,6 +220,35 @@ class LLMMemoryBuilder:
             latest[slot] = QAPair(slot, question, answer)
         qa = tuple(latest[s] for s in schemas.service(session.service).in_slot_order(session.intent, latest))
         return MemoryUnit.of_session(ind.persona_id, session, description, qa)
+
+
+def memory_coverage(individuals: Iterable[Individual], banks: Mapping[int, MemoryBank]) -> dict[str, Any]:
+    """How many confirmed (slot, value) facts the memory holds before their confirmation, against all of them.
+
+    `in_context` counts the facts the confirming session itself states before confirming (no memory needed); `held`
+    counts those an earlier unit of the same task stores with the confirmed value; `superseded` the stored pairs of
+    the same task and slot whose value the user later changed."""
+    facts = held = in_context = superseded = 0
+    for ind in individuals:
+        for session in ind.sessions:
+            if session.confirmation_state is None:
+                continue
+            goal = session.confirmation_state.slot_values
+            said = " \n ".join(t.utterance for t in session.context())
+            earlier = [u for u in banks[ind.persona_id].before(session.session_id)]
+            stored = [p for u in earlier if u.reference_dialogue_id == session.reference_dialogue_id for p in u.qa]
+            for slot, value in goal.items():
+                facts += 1
+                in_context += mentions(said, value)
+                held += any(p.slot == slot and same_value(p.answer, value) for p in stored)
+            superseded += sum(p.slot in goal and not same_value(p.answer, goal[p.slot]) for p in stored)
+    return {
+        "gold_facts": facts,
+        "held": held,
+        "held_rate": round(held / facts, 4) if facts else None,
+        "in_context": in_context,
+        "superseded_pairs": superseded,
+    }
 
 
 def build_memory_bank(ind: Individual, schemas: Schemas, builder: MemoryBuilder | None = None) -> MemoryBank:

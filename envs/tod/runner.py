@@ -10,7 +10,6 @@ could not serve after the client's retries goes to `failed.jsonl` and runs again
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,11 +18,12 @@ from typing import Any
 from rich.console import Console
 
 from memrl.core.errors import BackendError, MemrlError, first_line
+from memrl.core.files import read_json
 from memrl.envs.actors import FAILED_FILE
-from memrl.envs.driver import Chain, Schedule, World, drive
+from memrl.envs.driver import Chain, DrivenRun, Schedule, World, drive
 from memrl.envs.tod.config import TodEvalConfig
 from memrl.envs.tod.formats import Individual, LoadProblems, Session, Turn, load_tod_dir
-from memrl.envs.tod.memory import MemoryUnit, load_memory_banks
+from memrl.envs.tod.memory import MemoryUnit, TemplateMemoryBuilder, load_memory_banks
 from memrl.envs.tod.metrics import QualityJudge, gold_memory, session_scores
 from memrl.envs.tod.pipeline import MemoryPlanner, MemorySelector, SessionView, build_intent, build_reasoner, candidates
 from memrl.envs.tod.proactive import SUPERVISORS, USERS, run_proactive
@@ -46,11 +46,11 @@ RANKED_KEPT = 10  # ranked QA pairs saved per session record (recall is computed
 def eval_individual_ids(split_from: Path) -> list[int]:
     """The eval individuals of a judger data folder (`J/stats.json`: individuals.eval)."""
     stats = split_from / "stats.json"
+    if not stats.is_file():
+        raise MemrlError(f"{stats}: not found (--split-from takes the folder `memrl data judger` wrote)")
     try:
-        ids = json.loads(stats.read_text())["individuals"]["eval"]
-    except FileNotFoundError:
-        raise MemrlError(f"{stats}: not found (--split-from takes the folder `memrl data judger` wrote)") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        ids = read_json(stats)["individuals"]["eval"]
+    except (KeyError, TypeError) as exc:
         raise MemrlError(f"{stats}: individuals.eval: missing or malformed ({first_line(exc)})") from None
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
         raise MemrlError(f"{stats}: individuals.eval: expected a list of persona ids")
@@ -84,7 +84,7 @@ def plan_jobs(cfg: TodEvalConfig, schemas: Schemas, problems: LoadProblems | Non
     """The sessions to run. Unless `cfg.strict`, foreign slots and unreadable files are recorded in `problems`."""
     lenient = None if cfg.strict else (problems if problems is not None else LoadProblems())
     individuals = select_individuals(cfg, load_tod_dir(cfg.data, schemas, lenient))
-    banks = load_memory_banks(cfg.data, individuals, schemas)
+    banks = load_memory_banks(cfg.data, individuals, schemas, TemplateMemoryBuilder(lexicon_from=cfg.schema_path()))
     jobs = [
         Job(
             f"{ind.persona_id}/{s.session_id}",
@@ -227,11 +227,9 @@ class SessionRunner:
 # --- driver -------------------------------------------------------------------------------------------------------
 
 
-def run_tod(
-    cfg: TodEvalConfig, out: Path, console: Console, problems: LoadProblems | None = None
-) -> list[dict[str, Any]]:
-    """Run (or resume) the evaluation into `out`; return the records of the chosen sessions. What loading the data
-    dropped or skipped goes to `problems`."""
+def run_tod(cfg: TodEvalConfig, out: Path, console: Console, problems: LoadProblems | None = None) -> DrivenRun:
+    """Run (or resume) the evaluation into `out`; its records are those of the chosen sessions. What loading the
+    data dropped or skipped goes to `problems`."""
     schemas = load_schemas(cfg.schema_path())
     jobs = plan_jobs(cfg, schemas, problems)
     if not jobs:
@@ -256,4 +254,4 @@ def run_tod(
             style="yellow",
             markup=False,
         )
-    return [r for r in run.records if r["key"] in wanted]
+    return replace(run, records=[r for r in run.records if r["key"] in wanted])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 
+from memrl.core.secrets import RedactingStream, redact_logs
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 
@@ -23,6 +25,11 @@ class RunContext:
     run_dir: Path
     console: Console
     _backends: dict[str, ChatBackend] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Every stage prints through this console and logs through `logging`: the run's secrets are masked there.
+        redact_logs()
+        redact_console(self.console)
 
     def backend(self, name: str) -> ChatBackend:
         """The recipe's model `name`, built once per run."""
@@ -47,3 +54,17 @@ class RunContext:
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()
+
+
+def redact_console(console: Console) -> None:
+    """Mask known secrets in whatever `console` prints. Idempotent."""
+    explicit = console._file  # None: Rich writes to whatever sys.stdout (or stderr) is at the time
+    if isinstance(explicit, RedactingStream):
+        return
+    target = explicit if explicit is not None else lambda: _default_file(console)
+    console.file = RedactingStream(target)  # type: ignore[assignment]
+
+
+def _default_file(console: Console) -> IO[str]:
+    file = sys.stderr if console.stderr else sys.stdout
+    return getattr(file, "rich_proxied_file", file)  # under a Live display: the real stream, not Rich's proxy

@@ -4,8 +4,9 @@ Every job runs `memrl run <job recipe> --stage NAME` inside the cluster. The job
 (environment references kept, never their values) with what a cluster needs filled in: an absolute output folder,
 collab actors spread over the cluster (`ray_address: auto`), verl joining the cluster instead of starting its own
 Ray. It is written under `.memrl-launch/` in the current directory, which Ray uploads as the job's working dir.
-Environment variables travel only inside the submission (`runtime_env.env_vars`): never into a file, and masked
-as `***` when printed.
+Environment variables travel only inside the submission (`runtime_env.env_vars`, sent in-process through Ray's job
+client): never into a file or a command line, and masked as `***` when printed, by name (any key, token, password,
+secret or credential) and by value (any secret the recipe or the environment holds, wherever it appears).
 
 `--ray-address` is the job server (`http://HOST:8265`, the dashboard) or the GCS (`HOST:PORT`, as `ray start
 --address` takes it); for the GCS form the dashboard address is read from the cluster itself.
@@ -13,15 +14,12 @@ as `***` when printed.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import json
-import logging
 import os
 import shlex
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -37,13 +35,13 @@ from memrl.app.config import Recipe
 from memrl.app.recipe import LoadedRecipe, interpolate
 from memrl.core.envrefs import referenced_names
 from memrl.core.errors import ConfigError, MemrlError, first_line
+from memrl.core.secrets import MASK, is_secret_name, redact
 from memrl.core.validation import describe_error
+from memrl.train import ray_jobs
 
 LAUNCH_DIR = ".memrl-launch"
 ENV_PREFIXES = ("WANDB_", "HF_", "MEMRL_")
 ENV_NAMES = ("OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM")
-SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-MASK = "***"
 # Folders and files Ray must not upload: environments, caches, run outputs, weights. memrl's own source folders are
 # left out too: the job imports the memrl installed on the node, and a copy of the source tree on the job's
 # PYTHONPATH would shadow that install (the layer folders are not importable bare).
@@ -73,7 +71,6 @@ SOURCE_FOLDERS = ("memrl", "train", "rollout", "rewards", "envs", "data_gen", "r
 # Drivers inside the job (the collab runner, verl's main_ppo) pass their own runtime_env to ray.init; Ray refuses
 # to merge it with the job's when both set the same variable unless this is set.
 RAY_MERGE_ENV = {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
-TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
 class StageFailed(MemrlError):
@@ -132,11 +129,6 @@ def _probe_http(url: str, timeout: float) -> None:
 # ---- what travels with each job ------------------------------------------------------------------------------------
 
 
-def is_secret(name: str) -> bool:
-    upper = name.upper().replace("TOKENIZER", "")
-    return any(mark in upper for mark in SECRET_MARKS)
-
-
 def passthrough_env(environ: Mapping[str, str], referenced: Sequence[str] = ()) -> dict[str, str]:
     """The caller's WANDB_*, HF_*, MEMRL_*, OMP_NUM_THREADS, TOKENIZERS_PARALLELISM, and every variable the recipe
     references as ${NAME}, where set."""
@@ -146,7 +138,8 @@ def passthrough_env(environ: Mapping[str, str], referenced: Sequence[str] = ()) 
 
 
 def masked(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: (MASK if is_secret(k) else v) for k, v in env.items()}
+    """Secret-named variables as MASK; in the others, any secret value (say, a key inside a URL) masked too."""
+    return {k: (MASK if is_secret_name(k) else redact(v)) for k, v in env.items()}
 
 
 def excludes(working_dir: Path, run_dir: Path) -> list[str]:
@@ -247,22 +240,25 @@ def describe(job: JobPlan, address: str, echo: Any) -> None:
     from memrl.app.context import RunContext
     from memrl.app.stages.runner import plan_lines
 
-    echo(f"launch {job.recipe.name!r} on {address} (dry run: nothing is submitted or written)")
-    echo(f"job recipe: {job.path} (written at launch; outputs in {job.recipe.run_dir})")
+    def say(line: str) -> None:
+        echo(redact(line))  # a stage's plan may quote a URL or a value holding a key
+
+    say(f"launch {job.recipe.name!r} on {address} (dry run: nothing is submitted or written)")
+    say(f"job recipe: {job.path} (written at launch; outputs in {job.recipe.run_dir})")
     for note in job.notes:
-        echo(f"note: {note}")
+        say(f"note: {note}")
     shown = json.dumps(job.shown_env(), sort_keys=True)
     ctx = RunContext(job.recipe, job.recipe.run_dir, Console(file=io.StringIO()))
     for name in job.stages:
         stage = job.recipe.stages[name]
-        echo(f"\nstage {name} ({stage.kind}): Ray job")
-        echo(f"  entrypoint: {job.entrypoint(name)}")
+        say(f"\nstage {name} ({stage.kind}): Ray job")
+        say(f"  entrypoint: {job.entrypoint(name)}")
         if name in job.gpus:
-            echo(f"  entrypoint GPUs: {job.gpus[name]}")
-        echo(f"  runtime_env: {shown}")
+            say(f"  entrypoint GPUs: {job.gpus[name]}")
+        say(f"  runtime_env: {shown}")
         for block in plan_lines(ctx, name):
             for line in block.splitlines():
-                echo(f"  | {line}")
+                say(f"  | {line}")
 
 
 # ---- submission ----------------------------------------------------------------------------------------------------
@@ -270,19 +266,13 @@ def describe(job: JobPlan, address: str, echo: Any) -> None:
 
 def launch(job: JobPlan, dashboard: str, console: Console, write: Any = None) -> None:
     """Write the job recipe, then submit each stage and wait for it, streaming its logs; a failure stops here."""
-    from ray.job_submission import JobSubmissionClient
-
-    logging.getLogger("ray").setLevel(logging.WARNING)  # not a line per file Ray leaves out of the upload
     write = write or _write_stdout
     target = Path(job.runtime_env["working_dir"]) / job.path
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(job.text)
     for note in job.notes:
         console.print(f"note: {note}", highlight=False)
-    try:
-        client = JobSubmissionClient(dashboard)
-    except Exception as exc:
-        raise MemrlError(f"cannot reach the Ray job server at {dashboard}: {first_line(exc)}") from None
+    client = ray_jobs.connect(dashboard)
     for name in job.stages:
         console.rule(f"stage {name}")
         try:
@@ -296,9 +286,8 @@ def launch(job: JobPlan, dashboard: str, console: Console, write: Any = None) ->
             raise MemrlError(f"stage {name}: the Ray job server refused the job: {first_line(exc)}") from None
         console.print(f"stage {name}: Ray job {job_id}", highlight=False)
         try:
-            status, message = _follow(client, job_id, write)
+            status, message = ray_jobs.follow(client, job_id, write)
         except KeyboardInterrupt:
-            client.stop_job(job_id)
             console.print(f"stage {name}: stopped Ray job {job_id}", highlight=False)
             raise
         if status != "SUCCEEDED":
@@ -307,24 +296,5 @@ def launch(job: JobPlan, dashboard: str, console: Console, write: Any = None) ->
 
 
 def _write_stdout(text: str) -> None:
-    sys.stdout.write(text)
+    sys.stdout.write(redact(text))
     sys.stdout.flush()
-
-
-def _follow(client: Any, job_id: str, write: Any) -> tuple[str, str]:
-    """Stream the job's logs until it ends; return its final status and Ray's message."""
-
-    async def tail() -> None:
-        async for chunk in client.tail_job_logs(job_id):
-            write(chunk)
-
-    try:
-        asyncio.run(tail())
-    except Exception as exc:  # the log stream broke; the status below still says how the job ended
-        write(f"(log stream interrupted: {first_line(exc)})\n")
-    while True:
-        info = client.get_job_info(job_id)
-        status = str(getattr(info.status, "value", info.status))
-        if status in TERMINAL:
-            return status, info.message or ""
-        time.sleep(1)

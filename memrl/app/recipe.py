@@ -17,11 +17,15 @@ from pydantic import ValidationError
 
 from memrl.app.config import Recipe
 from memrl.app.context import RESOLVED_NAME
-from memrl.core.envrefs import ENV_REF, substitute
+from memrl.core.envrefs import ENV_REF, register_secrets, substitute
 from memrl.core.errors import ConfigError
+from memrl.core.files import read_text
+from memrl.core.secrets import redact
 from memrl.core.validation import describe_error, did_you_mean
 
 Key = str | int
+# Recipes are a few KB; PyYAML would spend minutes on a hostile 50 MB file before finding it malformed.
+MAX_RECIPE_CHARS = 2**20
 
 
 @dataclass
@@ -41,7 +45,7 @@ class LoadedRecipe:
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         out = directory / RESOLVED_NAME
-        out.write_text(yaml.safe_dump(self.resolved(), sort_keys=False))
+        out.write_text(redact(yaml.safe_dump(self.resolved(), sort_keys=False)))
         return out
 
 
@@ -74,15 +78,18 @@ def find_recipe(ref: str, relative_to: Path | None = None) -> Path:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    text = read_text(path, ConfigError)
+    if len(text) > MAX_RECIPE_CHARS:
+        raise ConfigError(f"recipe {path}: {len(text) / 2**20:.1f} MB is too large for a recipe (at most 1 MB)")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"recipe {path}: malformed YAML{where}: {problem}") from None
-    except OSError as exc:
-        raise ConfigError(f"recipe {path}: cannot read: {exc.strerror}") from None
+    except RecursionError:  # nesting deeper than Python's stack: hostile, not a recipe
+        raise ConfigError(f"recipe {path}: malformed YAML: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -129,17 +136,34 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         node: Any = data
         parts = key.strip().split(".")
         for i, part in enumerate(parts[:-1]):
-            nxt = node.get(part) if isinstance(node, dict) else None
-            if nxt is None:
-                nxt = node[part] = {}
-            if not isinstance(nxt, dict | list):
-                raise ConfigError(f"override {item!r}: {'.'.join(parts[: i + 1])} is a value, not a section")
-            node = nxt
+            node = _section(node, part, parts[: i + 1], item)
         if isinstance(node, list):
-            node[int(parts[-1])] = value
+            node[_index(node, parts[-1], parts, item)] = value
         else:
             node[parts[-1]] = value
     return data
+
+
+def _index(node: list[Any], part: str, path: Sequence[str], item: str) -> int:
+    """A list position named in an override: an existing index, since a recipe's lists have no gaps."""
+    if not part.isdigit() or int(part) >= len(node):
+        where = ".".join(path[:-1])
+        indices = f"0..{len(node) - 1}" if node else "none: the list is empty"
+        raise ConfigError(f"override {item!r}: {where} is a list; {part!r} is not one of its indices ({indices})")
+    return int(part)
+
+
+def _section(node: Any, part: str, path: Sequence[str], item: str) -> Any:
+    """The map or list under `part` that an override descends into; a missing map key starts an empty map."""
+    if isinstance(node, list):
+        child = node[_index(node, part, path, item)]
+    else:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+    if not isinstance(child, dict | list):
+        raise ConfigError(f"override {item!r}: {'.'.join(path)} is a value, not a section")
+    return child
 
 
 def interpolate(data: Any, path: tuple[Key, ...] = ()) -> tuple[Any, dict[tuple[Key, ...], str]]:
@@ -179,6 +203,7 @@ def load_recipe(ref: str | Path, overrides: Sequence[str] = (), smoke: bool = Fa
             raise ConfigError(f"recipe {source.name} defines no `smoke` overrides")
         raw = apply_overrides(raw, [str(o) for o in smoke_overrides])
     raw = apply_overrides(raw, overrides)
+    register_secrets(raw)  # before substitution, while a field still says which variables it takes a secret from
     data, templates = interpolate(raw)
     try:
         recipe = Recipe.model_validate(data)

@@ -14,6 +14,7 @@ from typing import Any
 
 from memrl.core import models
 from memrl.core.errors import ConfigError
+from memrl.core.files import read_json
 
 INFO_FILE = "memrl_checkpoint.json"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -44,7 +45,11 @@ def read_info(folder: Path) -> CheckpointInfo | None:
     path = folder / INFO_FILE
     if not path.is_file():
         return None
-    return CheckpointInfo(**json.loads(path.read_text()))
+    data = read_json(path, ConfigError)
+    try:
+        return CheckpointInfo(**data)
+    except TypeError:  # not an object, or other keys: a file of another tool under our name
+        raise ConfigError(f"{path}: expected a JSON object with {', '.join(CheckpointInfo.__annotations__)}") from None
 
 
 def adapter_base(folder: Path) -> str:
@@ -52,7 +57,8 @@ def adapter_base(folder: Path) -> str:
     info = read_info(folder)
     if info is not None:
         return info.base
-    base = json.loads((folder / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    config = read_json(folder / ADAPTER_CONFIG, ConfigError)
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
     if not base:
         raise ConfigError(f"{folder}: adapter_config.json names no base model; pass the base explicitly")
     return str(base)

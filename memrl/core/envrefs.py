@@ -1,7 +1,9 @@
 """Environment references in text: `${NAME}`, or `${NAME:-default}` for a fallback, filled from the environment.
 
 Recipes keep them so that a saved recipe names a secret or a node's address without holding it; printed commands
-keep them so that the shell running the command fills them in.
+keep them so that the shell running the command fills them in. Whatever a reference fills in that is secret (by
+the variable's name, or by the field holding the reference) is registered with `memrl.core.secrets`, so `redact`
+hides it in every message.
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from memrl.core.errors import ConfigError
+from memrl.core.secrets import is_secret_name, register
 
 # Group 1 is the name; group 2 the default after `:-`, None when there is none (an empty default is "").
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -41,6 +45,8 @@ def substitute(
         name, default = match.group(1), match.group(2)
         value = env.get(name)
         if value is not None:
+            if is_secret_name(name):
+                register([value])
             return escape(value) if escape is not None else value
         if default is not None:
             return default
@@ -49,3 +55,18 @@ def substitute(
         raise ConfigError(message(name) if message is not None else f"environment variable {name} is not set")
 
     return ENV_REF.sub(fill, text)
+
+
+def register_secrets(data: Any, environ: Mapping[str, str] | None = None, *, secret: bool = False) -> None:
+    """Register the secrets of a recipe as written (before substitution): the value of every field whose name is
+    secret (`api_key`, `hf_token`, ...) and of every variable such a field references, whatever its name."""
+    env = os.environ if environ is None else environ
+    if isinstance(data, dict):
+        for key, value in data.items():
+            register_secrets(value, env, secret=secret or (isinstance(key, str) and is_secret_name(key)))
+    elif isinstance(data, list):
+        for item in data:
+            register_secrets(item, env, secret=secret)
+    elif secret and isinstance(data, str):
+        names = referenced_names(data)
+        register([env.get(name) for name in names] if names else [data])

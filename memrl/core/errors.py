@@ -5,9 +5,15 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from memrl.core.secrets import redact
+
 
 class MemrlError(Exception):
     """Base of every error whose message is meant for the user, not a traceback."""
+
+    def __str__(self) -> str:
+        # Messages quote URLs, commands and config values: a secret inside one must not reach the user or a log.
+        return redact(super().__str__())
 
 
 class ConfigError(MemrlError):

@@ -3,46 +3,71 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from memrl.core.errors import MemrlError
+
+log = logging.getLogger(__name__)
 
 
 class ResumableJsonl:
     """One JSON record per line, each with a unique `key`; `done` holds the keys already on disk.
 
     Every `append` is one `write` of one whole line on an `O_APPEND` descriptor, then fsync'ed: a process killed at
-    any point leaves either the whole line or a torn last line without its newline, which the next open drops.
+    any point leaves either the whole line or a torn last line without its newline. Opening drops such a line (with
+    a warning naming `PATH:LINE`: its work runs again) and keeps every record before it; any other line that is not
+    a JSON object is damage no run leaves, and raises a `MemrlError` naming `PATH:LINE` with the file untouched.
     """
 
     def __init__(self, path: Path, key: str = "key") -> None:
         self.path = path
         self.key = key
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._drop_torn_tail()
-        self.done: set[str] = {str(r[key]) for r in self.records() if key in r}
+        self._records = self._load()
+        self.done: set[str] = {str(r[key]) for r in self._records if key in r}
 
-    def _drop_torn_tail(self) -> None:
+    def _load(self) -> list[dict[str, Any]]:
         if not self.path.exists():
-            return
+            return []
         data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            # A write interrupted mid-line: keep everything up to the last complete line.
-            with self.path.open("r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
+        lines = data.split(b"\n")
+        torn = lines.pop()  # b"" when the file ends with its newline
+        records = [self._parse(line, n) for n, line in enumerate(lines, 1) if line.strip()]
+        if torn.strip():
+            try:
+                records.append(self._parse(torn, len(lines) + 1))
+            except MemrlError:  # a write cut short mid-line: keep everything up to the last whole line
+                with self.path.open("r+b") as f:
+                    f.truncate(len(data) - len(torn))
+                log.warning(f"{self.path}:{len(lines) + 1}: dropped a torn last line (a killed run's unfinished "
+                            "write); its work runs again")  # fmt: skip
+            else:  # whole but for its newline: complete it, so the next append starts a line of its own
+                with self.path.open("ab") as f:
+                    f.write(b"\n")
+        return records
+
+    def _parse(self, line: bytes, n: int) -> dict[str, Any]:
+        """Line `n` as a record; a line that is not one raises naming `PATH:n`."""
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise MemrlError(f"{self.path}:{n}: not UTF-8 text; fix or remove that line to resume") from None
+        except (json.JSONDecodeError, RecursionError):
+            raise MemrlError(f"{self.path}:{n}: not valid JSON; fix or remove that line to resume") from None
+        if not isinstance(record, dict):
+            raise MemrlError(f"{self.path}:{n}: not a JSON object; fix or remove that line to resume")
+        return record
 
     def records(self) -> Iterator[dict[str, Any]]:
-        if not self.path.exists():
-            return
-        with self.path.open() as f:
-            for line in f:
-                if line.strip():
-                    yield json.loads(line)
+        yield from self._records
 
     def latest(self) -> dict[str, dict[str, Any]]:
         """The last record of each key (for logs where a key may come back, such as failed attempts)."""
-        return {str(r[self.key]): r for r in self.records() if self.key in r}
+        return {str(r[self.key]): r for r in self._records if self.key in r}
 
     def append(self, record: dict[str, Any]) -> None:
         data = (json.dumps(record, ensure_ascii=False) + "\n").encode()
@@ -54,4 +79,5 @@ class ResumableJsonl:
             os.fsync(fd)
         finally:
             os.close(fd)
+        self._records.append(record)
         self.done.add(str(record[self.key]))

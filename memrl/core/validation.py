@@ -32,6 +32,16 @@ def describe_error(exc: ValidationError, root: type[BaseModel]) -> str:
     return line + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
 
 
+def describe_any(exc: ValidationError) -> str:
+    """One line for a validation error whose schema the caller does not know: the model, the dotted key, the cause."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    where = ".".join(map(str, first["loc"])) or "(top level)"
+    more = len(errors) - 1
+    line = f"{exc.title}: {_explain(first, where)}"
+    return line + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
+
+
 def _explain(error: Any, where: str) -> str:
     kind, msg = error["type"], error["msg"]
     if kind == "missing":

@@ -1,13 +1,13 @@
 """What the judger reads: the dialogue so far, the slots it still lacks, and one stored QA pair.
 
-Two renderings of the same input: a text pair for a cross-encoder and a single prompt for a causal LM. Both keep
-the most recent turns when the dialogue does not fit in `max_length` tokens: the end of the dialogue is where the
-user restates the task, and the slot list and the candidate are never cut.
+Two renderings of the same input: a text pair for a cross-encoder and a single prompt for a causal LM. Both hold
+every turn when the whole input fits in `max_length` tokens, and otherwise the most recent turns that fit: the end
+of the dialogue is where the user restates the task, and the slot list and the candidate are never cut.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,8 @@ INSTRUCTION = (
     "the current conversation still lacks, for the same task the user is pursuing now."
 )
 QUESTION = "Does the note supply one of the missing details for this task? Answer Yes or No."
+
+Counter = Callable[[str], int]  # text -> its token count, special tokens left out
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,15 @@ def _note(item: JudgerInput) -> str:
     return f"Note{about}.{slot} Question: {item.question} Answer: {item.answer}"
 
 
-def recent_turns(turns: Sequence[Mapping[str, str]], budget: int, count: Callable[[str], int]) -> list[str]:
+def _tail(item: JudgerInput) -> str:
+    return f"Missing: {_missing(item)}"
+
+
+def _pair(item: JudgerInput, turns: list[str]) -> tuple[str, str]:
+    return "\n".join([*turns, _tail(item)]), _note(item)
+
+
+def recent_turns(turns: Sequence[Mapping[str, str]], budget: int, count: Counter) -> list[str]:
     """The newest rendered turns whose token counts (+1 for the line break each) fit in `budget`, oldest first.
 
     The newest turn is kept even when it alone is too long; the tokenizer then cuts its start (left truncation).
@@ -73,26 +83,58 @@ def recent_turns(turns: Sequence[Mapping[str, str]], budget: int, count: Callabl
     return kept[::-1]
 
 
-def token_counter(tokenizer: Any) -> Callable[[str], int]:
-    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+def token_counter(tokenizer: Any, texts: Iterable[str] | None = None) -> Counter:
+    """Token counts: of `texts` from one tokenizer call (each distinct text once: a TOD query's candidates share
+    its dialogue), or one call per text when `texts` is None."""
+    if texts is None:
+        return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    unique = list(dict.fromkeys(texts))
+    ids = tokenizer(unique, add_special_tokens=False, return_attention_mask=False)["input_ids"] if unique else []
+    return dict(zip(unique, map(len, ids), strict=True)).__getitem__
 
 
-def cross_encoder_pair(item: JudgerInput, tokenizer: Any, max_length: int) -> tuple[str, str]:
-    """(dialogue + missing slots, note). The dialogue comes first so a left truncation only drops old turns."""
-    count = token_counter(tokenizer)
-    tail = f"Missing: {_missing(item)}"
-    note = _note(item)
-    fixed = count(tail) + count(note) + tokenizer.num_special_tokens_to_add(pair=True) + 2
-    turns = recent_turns(item.context, max_length - fixed, count)
-    return "\n".join([*turns, tail]), note
+def all_turns(item: JudgerInput) -> list[str]:
+    return [_turn(t) for t in item.context]
 
 
-def causal_prompt(item: JudgerInput, tokenizer: Any, max_length: int) -> str:
-    """The whole prompt, through the chat template when the tokenizer has one; the answer token comes next."""
-    count = token_counter(tokenizer)
+def cross_encoder_pair(
+    item: JudgerInput, tokenizer: Any, max_length: int, count: Counter | None = None
+) -> tuple[str, str]:
+    """(dialogue + missing slots, note) with the newest turns that fit. The dialogue comes first so a left
+    truncation only drops old turns."""
+    count = count or token_counter(tokenizer)
+    fixed = count(_tail(item)) + count(_note(item)) + tokenizer.num_special_tokens_to_add(pair=True) + 2
+    return _pair(item, recent_turns(item.context, max_length - fixed, count))
+
+
+def cross_encoder_pairs(items: Sequence[JudgerInput], tokenizer: Any, max_length: int) -> list[tuple[str, str]]:
+    """`cross_encoder_pair` of each item, every token count taken in one tokenizer call."""
+    count = token_counter(tokenizer, (t for item in items for t in (_tail(item), _note(item), *all_turns(item))))
+    return [cross_encoder_pair(item, tokenizer, max_length, count) for item in items]
+
+
+def whole_pair(item: JudgerInput) -> tuple[str, str]:
+    """`cross_encoder_pair` with every turn: what the judger reads when it all fits."""
+    return _pair(item, all_turns(item))
+
+
+def causal_prompt(item: JudgerInput, tokenizer: Any, max_length: int, count: Counter | None = None) -> str:
+    """The prompt with the newest turns that fit, through the chat template when the tokenizer has one; the
+    answer token comes next."""
+    count = count or token_counter(tokenizer)
     fixed = count(_render(item, [], tokenizer)) + 2
-    turns = recent_turns(item.context, max_length - fixed, count)
-    return _render(item, turns, tokenizer)
+    return _render(item, recent_turns(item.context, max_length - fixed, count), tokenizer)
+
+
+def whole_prompt(item: JudgerInput, tokenizer: Any) -> str:
+    """`causal_prompt` with every turn: what the judger reads when it all fits."""
+    return _render(item, all_turns(item), tokenizer)
+
+
+def causal_prompts(items: Sequence[JudgerInput], tokenizer: Any, max_length: int) -> list[str]:
+    """`causal_prompt` of each item, every token count taken in one tokenizer call."""
+    count = token_counter(tokenizer, (t for item in items for t in (_render(item, [], tokenizer), *all_turns(item))))
+    return [causal_prompt(item, tokenizer, max_length, count) for item in items]
 
 
 def _render(item: JudgerInput, turns: list[str], tokenizer: Any) -> str:

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from memrl.core.checkpoints import final_dir, resolve_model
 from memrl.core.errors import ConfigError
-from memrl.rollout.judger.heads import Head, build_head
+from memrl.rollout.judger.heads import Columns, Head, build_head
 from memrl.rollout.judger.inputs import JudgerInput
 
 JUDGER_FILE = "memrl_judger.json"
+PAD_SLACK = 1.125  # in a batch, the longest item is at most this many times the shortest
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class JudgerInfo:
 
 
 class JudgerScorer:
-    """A judger model in eval mode. Items are batched by similar length; the output keeps the input order."""
+    """A judger model in eval mode. Items are tokenized together and batched by token count; the output keeps the
+    input order."""
 
     def __init__(self, model: Any, head: Head, device: str = "cpu") -> None:
         self.model = model.eval()
@@ -53,22 +55,38 @@ class JudgerScorer:
     def score(self, items: Sequence[JudgerInput], batch_size: int = 32) -> list[float]:
         import torch
 
+        order: list[int] = []
+        logits = []
+        with torch.inference_mode():
+            for chunk, batch in self.batches(items, batch_size):
+                order += chunk
+                logits.append(self.head.logits(self.model, batch).float())
+            if not logits:
+                return []
+            probs = torch.empty(len(items))
+            probs[torch.tensor(order)] = torch.sigmoid(torch.cat(logits)).cpu()  # one device sync, at the end
+        return probs.tolist()
+
+    def batches(self, items: Sequence[JudgerInput], batch_size: int) -> Iterator[tuple[list[int], dict[str, Any]]]:
+        """(item indices, model inputs on the device) per batch: up to `batch_size` items in order of token count, a
+        new batch starting where an item is longer than PAD_SLACK times the batch's first (padding costs attention
+        time quadratically)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        order = sorted(range(len(items)), key=lambda i: _rough_length(items[i]))
-        out = [0.0] * len(items)
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                chunk = order[start : start + batch_size]
-                batch = {k: v.to(self.device) for k, v in self.head.encode([items[i] for i in chunk]).items()}
-                probs = torch.sigmoid(self.head.logits(self.model, batch).float()).tolist()
-                for i, p in zip(chunk, probs, strict=True):
-                    out[i] = float(p)
-        return out
+        columns = self.head.tokenize(items)
+        lengths = [len(ids) for ids in columns["input_ids"]]
+        chunk: list[int] = []
+        for i in sorted(range(len(items)), key=lengths.__getitem__):
+            if chunk and (len(chunk) == batch_size or lengths[i] > PAD_SLACK * lengths[chunk[0]]):
+                yield chunk, self._inputs(columns, chunk)
+                chunk = []
+            chunk.append(i)
+        if chunk:
+            yield chunk, self._inputs(columns, chunk)
 
-
-def _rough_length(item: JudgerInput) -> int:
-    return sum(len(t["utterance"]) for t in item.context) + len(item.question) + len(item.answer)
+    def _inputs(self, columns: Columns, chunk: list[int]) -> dict[str, Any]:
+        batch = self.head.collate({key: [rows[i] for i in chunk] for key, rows in columns.items()})
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
 
 def judger_folder(path: str | Path) -> Path:

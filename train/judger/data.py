@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError
+from memrl.core.files import open_text
 from memrl.rollout.judger.heads import Head
 from memrl.rollout.judger.inputs import JudgerInput
 
@@ -36,7 +37,7 @@ def require_pairs(ref: Path, split: str) -> Path:
 def read_pairs(path: Path) -> list[dict[str, Any]]:
     """Rows of a pairs file; a malformed row fails with its line number and the field."""
     rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as f:
+    with open_text(path, ConfigError) as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue

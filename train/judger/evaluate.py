@@ -24,6 +24,7 @@ from memrl.envs.tod.ranking import RankedQuery, auc, fact_of, mean_scores, recal
 from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, retrieve
 from memrl.rollout.judger.inputs import JudgerInput
 from memrl.rollout.judger.scorer import JUDGER_FILE
+from memrl.train.curves import RECALL_AT_K, ROC_PR, recall_chart, roc_pr_chart
 from memrl.train.judger.data import read_pairs
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -136,6 +137,9 @@ def evaluate_judger(
         "positives": sum(1 for r in rows if r["label"] == 1),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    recall_chart(metrics, out / RECALL_AT_K, title=f"judger evaluation ({retriever}, alpha {alpha})")
+    if judged is not None:
+        roc_pr_chart([int(r["label"]) for r in rows], [judged[k] for k in keys], out / ROC_PR)
     return metrics
 
 

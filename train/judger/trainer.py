@@ -19,6 +19,7 @@ from memrl.rewards.bce import auto_pos_weight, judger_bce
 from memrl.rollout.judger.heads import Head, build_head
 from memrl.rollout.judger.scorer import JudgerInfo
 from memrl.train.config import JudgerStage
+from memrl.train.curves import LOSS_CURVE, loss_chart
 from memrl.train.judger.data import Collator, PairsDataset, read_pairs, require_pairs
 from memrl.train.judger.launch import deepspeed_config
 from memrl.train.trl_common import TrainContext, apply_overrides, base_args, resume_point
@@ -150,6 +151,7 @@ def _save_final(trainer: Any, tokenizer: Any, stage: JudgerStage, ctx: TrainCont
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(final))
         (ctx.out_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
+        loss_chart(trainer.state.log_history, ctx.out_dir / LOSS_CURVE, title=f"{ctx.run_name} (judger BCE)")
         JudgerInfo(stage.head, base, stage.max_length, adapter).save(final)
         CheckpointInfo(base, f"judger-{stage.head}", ctx.stage, int(trainer.state.global_step), adapter).save(final)
     return final

@@ -10,18 +10,18 @@ from rich.console import Console
 from memrl.app.actions import Action
 from memrl.envs.collab.config import CollabEvalConfig
 
-# What may change between a run and its resumption: how much to run, and how the work is spread.
-RESUMABLE_CHANGES = {"sessions", "workers", "max_in_flight", "ray_address"}
+# What may change between a run and its resumption besides how the work runs (runfolder.RUNTIME_KEYS): how much.
+RESUMABLE_CHANGES = {"sessions"}
 
 
 def evaluate_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> dict[str, Any]:
-    from memrl.envs.actors import claim_output
+    from memrl.core.runfolder import claim
     from memrl.envs.collab.metrics import write_report
     from memrl.envs.collab.problems import get_task
     from memrl.envs.collab.runner import collab_run
 
     get_task(cfg.task)  # an unknown task fails here, before any model starts
-    claim_output(out, cfg, may_change=RESUMABLE_CHANGES)
+    claim(out, cfg, may_change=RESUMABLE_CHANGES)
     run = collab_run(cfg, out, console)
     metrics = write_report(run.records, out, failed=run.failed)
     summary = {k: metrics.get(k) for k in ("task_success", "user_effort", "length", "sessions", "users")}
@@ -34,6 +34,7 @@ def evaluate_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> dict[
             markup=False,
         )
     console.print(f"wrote {out / 'sessions.jsonl'}, {out / 'metrics.json'}, {out / 'sessions.png'}")
+    run.check()  # sessions failed and none finished: fail, now that the metrics say so
     return summary
 
 

@@ -13,8 +13,8 @@ from memrl.app.actions import Action
 from memrl.core.schema import StrictModel
 from memrl.envs.pahf.config import PahfEvalConfig
 
-# What may change between a run and its resumption: which users, and how the work is spread.
-RESUMABLE_CHANGES = {"users", "workers", "max_in_flight", "ray_address"}
+# What may change between a run and its resumption besides how the work runs (runfolder.RUNTIME_KEYS): which users.
+RESUMABLE_CHANGES = {"users"}
 
 
 def _setup(cfg: PahfEvalConfig) -> dict[str, Any]:
@@ -39,12 +39,13 @@ def _setup(cfg: PahfEvalConfig) -> dict[str, Any]:
 
 
 def evaluate_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> dict[str, Any]:
-    from memrl.envs.actors import FAILED_FILE, claim_output
+    from memrl.core.runfolder import claim
+    from memrl.envs.actors import FAILED_FILE
     from memrl.envs.pahf.protocol import compute_metrics, plot_curves
     from memrl.envs.pahf.runner import TASKS_FILE, run_pahf
 
     cfg.domain_dir()  # a missing --data fails before any model or Ray starts
-    claim_output(out, cfg, may_change=RESUMABLE_CHANGES)
+    claim(out, cfg, may_change=RESUMABLE_CHANGES)
     run = run_pahf(cfg, out, console)
     tasks = {"planned": run.planned, "finished": len(run.records), "failed": len(run.failed), "retried": run.retried}
     metrics = compute_metrics(run.records) | {"tasks": tasks, "setup": _setup(cfg)}
@@ -53,6 +54,7 @@ def evaluate_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> dict[str,
     console.print(f"wrote {out / TASKS_FILE}, {out / 'metrics.json'}, {', '.join(p.name for p in plots)}")
     if run.failed:
         console.print(f"{len(run.failed)} tasks failed (see {out / FAILED_FILE}); rerun the same command to retry them")
+    run.check()  # tasks failed and none finished: fail, now that the metrics say so
     return metrics
 
 

@@ -63,6 +63,11 @@ class JudgerData(StrictModel):
     strict: bool = Field(
         default=False, description="fail on the first foreign slot or unreadable file instead of dropping and counting"
     )
+    memory_writer: str | None = Field(
+        default=None,
+        description="MODEL or MODEL@URL: an LLM writes memory from each session (folders without memory/); "
+        "default: the deterministic text extractor",
+    )
 
     @model_validator(mode="after")
     def _one_split(self) -> JudgerData:
@@ -75,10 +80,18 @@ def build_judger_data(cfg: JudgerData, out: Path, console: Console) -> dict[str,
     from memrl.data_gen.judger import build_judger_dataset
 
     stats = build_judger_dataset(
-        cfg.tod_dir, out, cfg.eval_individuals, cfg.eval_fraction, cfg.seed, cfg.schema_file, cfg.strict
+        cfg.tod_dir,
+        out,
+        cfg.eval_individuals,
+        cfg.eval_fraction,
+        cfg.seed,
+        cfg.schema_file,
+        cfg.strict,
+        cfg.memory_writer,
     )
     keys = ("rows", "queries", "individuals", "positives", "negatives", "positive_rate", "negatives_by_kind")
-    return {split: {k: stats[split][k] for k in keys} for split in ("train", "eval")} | {"problems": stats["problems"]}
+    splits = {split: {k: stats[split][k] for k in keys} for split in ("train", "eval")}
+    return splits | {"memory": stats["memory"], "problems": stats["problems"]}
 
 
 JUDGER_DATA = Action(
@@ -92,8 +105,8 @@ JUDGER_DATA = Action(
 
 # ---- eval tod ----------------------------------------------------------------------------------------------------
 
-# What may change between a run and its resumption: which individuals, and how the work is spread.
-RESUMABLE_CHANGES = {"individuals", "sessions", "split_from", "workers", "max_in_flight", "ray_address", "strict"}
+# What may change between a run and its resumption besides how the work runs (runfolder.RUNTIME_KEYS): which sessions.
+RESUMABLE_CHANGES = {"individuals", "sessions", "split_from", "strict"}
 
 
 def _check_inputs(cfg: TodEvalConfig) -> None:
@@ -133,18 +146,21 @@ def _setup(cfg: TodEvalConfig) -> dict[str, Any]:
 
 
 def evaluate_tod(cfg: TodEvalConfig, out: Path, console: Console) -> dict[str, Any]:
-    from memrl.envs.actors import claim_output
+    from memrl.core.runfolder import claim
     from memrl.envs.tod.formats import LoadProblems
     from memrl.envs.tod.metrics import compute_metrics
     from memrl.envs.tod.runner import SESSIONS_FILE, run_tod
+    from memrl.train.curves import RECALL_AT_K, recall_chart
 
     _check_inputs(cfg)
-    claim_output(out, cfg, may_change=RESUMABLE_CHANGES)
+    claim(out, cfg, may_change=RESUMABLE_CHANGES)
     problems = LoadProblems()
-    records = run_tod(cfg, out, console, problems)
-    metrics = compute_metrics(records) | {"setup": _setup(cfg), "problems": problems.summary()}
+    run = run_tod(cfg, out, console, problems)
+    metrics = compute_metrics(run.records) | {"setup": _setup(cfg), "problems": problems.summary()}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    console.print(f"wrote {out / SESSIONS_FILE}, {out / 'metrics.json'}")
+    chart = recall_chart(metrics, out / RECALL_AT_K, title=f"eval tod ({cfg.retriever})")
+    console.print(f"wrote {out / SESSIONS_FILE}, {out / 'metrics.json'}" + (f", {chart.path}" if chart else ""))
+    run.check()  # sessions failed and none finished: fail, now that the metrics say so
     return metrics
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memrl.core.errors import ConfigError
+from memrl.core.files import read_text
 
 collab_app = typer.Typer(help="MultiSessionCollab: preferences, checkers, comparisons.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -49,9 +50,9 @@ def check(
     from memrl.envs.collab.checkers import check as run_check
 
     get_preference(preference)  # an unknown id is the first thing to report
-    if not response_file.is_file():
+    if not response_file.exists():
         raise ConfigError(f"response file not found: {response_file}")
-    text = response_file.read_text()
+    text = read_text(response_file, ConfigError)
     asking = is_clarifying_question(text) if clarifying is None else clarifying
     result = run_check(preference, text, TurnContext(winding_down=winding_down, clarifying=asking))
     typer.echo(json.dumps({"preference": result.preference, "verdict": result.verdict.value, "reason": result.reason}))

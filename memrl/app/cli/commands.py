@@ -4,6 +4,8 @@ and the spellings the commands have always had (`--judger none`, `--top-units 0`
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel
 
 from memrl.app.actions import collab, judger, pahf, tod
@@ -13,6 +15,10 @@ from memrl.rollout.config import model_from_spec
 
 def _judger(spec: Spec, value: str, model: type[BaseModel]) -> None:
     if value.lower() != "none":
+        from memrl.rollout.judger.scorer import JudgerInfo, judger_folder
+
+        if Path(value).is_dir():  # a folder holding no judger fails here, not in a worker that dies on it
+            JudgerInfo.read(judger_folder(value))
         spec["judger"] = value
 
 
@@ -32,6 +38,8 @@ eval_collab = config_command(
     flags=[
         nested_flag("max_tokens", int, "agent reply budget in tokens (default 96, sized for the CPU default model)",
                     "sampling.agent.max_tokens"),
+        nested_flag("user_max_tokens", int, "LLM user reply budget in tokens (default 1024, as the original)",
+                    "sampling.user.max_tokens"),
         *client_flags(["model", "user_model", "reflector", "judge"]),
     ],
 )  # fmt: skip

@@ -37,8 +37,9 @@ def reflection(
 
     train_records = [s for path in train_sessions for s in load_sessions(path)]
     eval_records = [s for path in eval_sessions for s in load_sessions(path)]
-    if not train_records:
-        raise ConfigError(f"no session records in {', '.join(map(str, train_sessions))}")
+    for paths, records in ((train_sessions, train_records), (eval_sessions, eval_records)):
+        if not records:
+            raise ConfigError(f"no session records in {', '.join(map(str, paths))}")
     train, eval_, skipped = build_from_sessions(train_records, eval_records, gold.value)
     if not train:
         why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in skipped.train.to_dict().items() if v and k != "total")

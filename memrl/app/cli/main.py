@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from rich.table import Table
 from memrl.app.cli import commands
 from memrl.app.cli.collab import collab_app
 from memrl.app.cli.data import data_app
+from memrl.app.cli.errors import user_error
 from memrl.app.cli.pahf import pahf_app
 from memrl.app.cli.reflector import eval_reflector, export
 from memrl.app.cli.reward import reward_app
@@ -187,11 +189,11 @@ def chat(
         str | None, typer.Option(envvar="OPENAI_API_KEY", help="key for --endpoint", show_default=False)
     ] = None,
     system: Annotated[str | None, typer.Option(help="system prompt")] = None,
-    max_tokens: int = 128,
-    temperature: float = 0.0,
+    max_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
     seed: int | None = None,
-    timeout: Annotated[float, typer.Option(help="seconds per request (endpoint only)")] = 60.0,
-    retries: Annotated[int, typer.Option(help="retries on 429/5xx/connection errors (endpoint only)")] = 2,
+    timeout: Annotated[float, typer.Option(min=0.001, help="seconds per request (endpoint only)")] = 60.0,
+    retries: Annotated[int, typer.Option(min=0, help="retries on 429/5xx/connection errors (endpoint only)")] = 2,
     as_json: Annotated[bool, typer.Option("--json", help="print text and usage as JSON")] = False,
 ) -> None:
     """One chat completion through any backend: a smoke test."""
@@ -229,7 +231,7 @@ def chat(
 @app.command()
 def serve(
     model: Annotated[str, typer.Option(help="embedded name, local path, or hub id")] = "smollm2",
-    port: int = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port on 127.0.0.1")] = 8000,
     engine: Annotated[str, typer.Option(help="auto | transformers | vllm")] = "auto",
 ) -> None:
     """Serve a model over an OpenAI-compatible API on 127.0.0.1 until Ctrl-C."""
@@ -275,18 +277,31 @@ def env_llamafactory(
     typer.echo(str(cli))
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """`memrl ARGV...` (default: the process's arguments). Whatever the user's input did wrong is one line on stderr
+    and exit 2 (see `errors.user_error`); `--debug` shows the traceback instead."""
+    global _debug
+    _debug = False
     try:
-        app(prog_name="memrl")
-    except MemrlError as exc:
-        if _debug:
-            raise
-        # One plain line: rich would wrap it at the terminal width.
-        print(f"memrl: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        # Not standalone: typer would print its usage errors as a boxed panel; they take the one-line path too.
+        code = app(args=argv, prog_name="memrl", standalone_mode=False)
     except KeyboardInterrupt:
         print("memrl: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except typer.Abort:
+        print("memrl: aborted", file=sys.stderr)
+        raise SystemExit(1) from None
+    except Exception as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the help is printed already (typer's own test, cf. #1278)
+            raise SystemExit(2) from None
+        line = user_error(exc)
+        if line is None or _debug:
+            raise
+        # One plain line: rich would wrap it at the terminal width.
+        print(f"memrl: error: {line}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if isinstance(code, int) and code:  # typer.Exit(code) from a command
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":

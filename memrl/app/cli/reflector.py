@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from memrl.core.errors import ConfigError
+from memrl.core.files import read_json
 
 console = Console(stderr=True)
 
@@ -20,7 +21,7 @@ def export(
     checkpoint: Annotated[Path, typer.Option(help="a stage folder, its final/ or checkpoint-N/, or a verl checkpoint")],
     out: Annotated[Path, typer.Option(help="where the standalone model goes")],
     lora_alpha: Annotated[
-        int | None, typer.Option(help="verl LoRA checkpoints: the alpha to write when verl saved 0")
+        int | None, typer.Option(min=1, help="verl LoRA checkpoints: the alpha to write when verl saved 0")
     ] = None,
 ) -> None:
     """Merge LoRA into the base and write safetensors, tokenizer and a model card."""
@@ -40,7 +41,7 @@ def _base_of(model: str) -> str:
 
     folder = Path(resolve_model(model))
     if (folder / EXPORT_FILE).is_file():
-        base = json.loads((folder / EXPORT_FILE).read_text()).get("base")
+        base = read_json(folder / EXPORT_FILE, ConfigError).get("base")
         if base:
             return str(base)
     info = read_info(folder)

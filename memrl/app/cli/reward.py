@@ -10,7 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from memrl.core.errors import ConfigError
+from memrl.core.errors import BackendError, ConfigError
+from memrl.core.files import read_text
 
 reward_app = typer.Typer(help="The reflection reward: judge coverage + format.", no_args_is_help=True)
 
@@ -23,7 +24,7 @@ def _group() -> None:
 def _read(path: Path, what: str) -> str:
     if not path.is_file():
         raise ConfigError(f"{what} file not found: {path}")
-    return path.read_text(encoding="utf-8")
+    return read_text(path, ConfigError)  # a binary or Latin-1 file: one line naming it
 
 
 def judge_config(judge: str, endpoint: str | None, model: str | None, cache_dir: Path | None = None) -> Any:
@@ -43,6 +44,17 @@ def judge_config(judge: str, endpoint: str | None, model: str | None, cache_dir:
     else:
         spec = HFModelConfig(backend="hf", model=model or "smollm2")
     return JudgeConfig(kind="llm", model=spec, cache_dir=cache)
+
+
+def probe_endpoint(endpoint: str, model: str) -> None:
+    """Fail now, in one line, when the judge's endpoint does not answer (not after every retry, as a null score)."""
+    from memrl.rollout.openai_http import OpenAIBackend
+
+    backend = OpenAIBackend(model=model, base_url=endpoint, timeout=10.0, max_retries=0)
+    try:
+        backend.list_models()
+    finally:
+        backend.close()
 
 
 @reward_app.command("score")
@@ -90,8 +102,12 @@ def score(
         format_weight=format_weight,
         plain_text_notes=True,
     )
+    if endpoint and model:
+        probe_endpoint(endpoint, model)
     # Libraries loaded on the way (sentence-transformers, wandb hooks) may print; stdout carries only the JSON.
     with contextlib.redirect_stdout(sys.stderr):
         scorer = RewardScorer(cfg)
         parts = scorer.score([reflection], [truth])[0]
+    if parts.judge_failed:  # a score command that scored nothing has failed, whatever the judge's reason
+        raise BackendError(f"judge {scorer.judge.name} gave no verdict after its retries (see the warnings above)")
     typer.echo(json.dumps({**parts.to_dict(), "judge": scorer.judge.name}, ensure_ascii=False))

@@ -124,6 +124,7 @@ class EvalReflectorStage(StrictModel):
     reward: RewardConfig = RewardConfig()
     sampling: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=256)
     max_samples: PositiveInt | None = None
+    batch_size: PositiveInt = Field(default=8, description="prompts per generation batch (transformers backend)")
     online: OnlineCheck | None = None
 
 
@@ -137,13 +138,25 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
     results: dict[str, Any] = {}
     for label, ref in models.items():
         metrics = evaluate_reflector(
-            ref, data, out / label, stage.reward, stage.sampling.params(), ctx.console, max_samples=stage.max_samples
+            ref,
+            data,
+            out / label,
+            stage.reward,
+            stage.sampling.params(),
+            ctx.console,
+            max_samples=stage.max_samples,
+            batch_size=stage.batch_size,
         )
         record_evaluation(Path(ref), f"{ctx.recipe.name}/{label}", metrics)
         results[label] = metrics
         ctx.console.print(f"{name}: {label}: " + json.dumps({k: metrics[k] for k in ("score", "coverage", "format")}))
     online = online_check(models, stage.online.collab, out / "online", ctx.console) if stage.online else None
-    report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx))
+    agreement = None
+    if stage.reward.outcome is not None:  # the next-session outcome reward against the judge, on the same replies
+        from memrl.train.outcome_reward import outcome_agreement
+
+        agreement = outcome_agreement(stage.reward.outcome, data, out, list(models), stage.reward.plain_text_notes)
+    report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx), agreement)
     ctx.console.print(f"{name}: report {report}")
 
 

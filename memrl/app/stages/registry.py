@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union
 
 from pydantic import Field
 
-from memrl.app.stages import actions, generate, judger, pull_models, reflection, training
+from memrl.app.stages import actions, collab_rl, generate, judger, pull_models, reflection, training
 from memrl.app.stages.base import StageKind
 
 KINDS: dict[str, StageKind[Any]] = {
@@ -17,6 +17,7 @@ KINDS: dict[str, StageKind[Any]] = {
         reflection.REFLECTION_DATA,
         training.SFT,
         training.GRPO,
+        collab_rl.COLLAB_GRPO,
         reflection.EXPORT,
         reflection.EVAL_REFLECTOR,
         judger.JUDGER,

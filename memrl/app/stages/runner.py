@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from memrl.app.context import RunContext
 from memrl.app.recipe import RESOLVED_NAME, LoadedRecipe, load_recipe
 from memrl.app.stages.registry import kind_of
 from memrl.core.errors import ConfigError
+from memrl.core.runfolder import hold
 
 
 def plan_lines(ctx: RunContext, name: str) -> list[str]:
@@ -28,15 +30,17 @@ def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = 
     if unknown:
         raise ConfigError(f"no stage named {unknown[0]!r} in recipe {recipe.name!r} (have: {', '.join(recipe.stages)})")
     run_dir = recipe.run_dir.resolve()
-    if dry_run:
-        console.print(f"run {recipe.name!r} (dry run: nothing is trained or written)")
-    else:
-        saved = loaded.save(run_dir)
-        console.print(f"run {recipe.name!r}: resolved recipe written to {saved}")
-    # wandb stays offline unless the recipe or the caller's environment says otherwise.
-    os.environ.setdefault("WANDB_MODE", recipe.logging.mode)
-    ctx = RunContext(recipe, run_dir, console)
-    try:
+    with contextlib.ExitStack() as stack:
+        if dry_run:
+            console.print(f"run {recipe.name!r} (dry run: nothing is trained or written)")
+        else:
+            stack.enter_context(hold(run_dir))  # one run at a time in a run folder (its stages hold their own)
+            saved = loaded.save(run_dir)
+            console.print(f"run {recipe.name!r}: resolved recipe written to {saved}")
+        # wandb stays offline unless the recipe or the caller's environment says otherwise.
+        os.environ.setdefault("WANDB_MODE", recipe.logging.mode)
+        ctx = RunContext(recipe, run_dir, console)
+        stack.callback(ctx.close)
         for name, stage in recipe.stages.items():
             if only and name not in only:
                 continue
@@ -46,8 +50,6 @@ def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = 
                     console.print(line, soft_wrap=True, highlight=False, markup=False)
             else:
                 kind_of(stage).run(stage, ctx, name)
-    finally:
-        ctx.close()
     return run_dir
 
 

@@ -29,6 +29,7 @@ from memrl.train.trl_common import TrainContext, is_finished, resume_point
 
 S = TypeVar("S", SFTStage, GRPOStage)
 REWARD_PKG = "pkg://memrl.rewards.verl_reward"
+CURVES_FILE = "training_curves.png"
 
 
 def train_context(ctx: RunContext, name: str) -> TrainContext:
@@ -123,11 +124,14 @@ def _verl_grpo_command(
 
 def _verl_sft_command(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path, dry_run: bool) -> VerlCommand:
     from memrl.train import verl_launch as vl
+    from memrl.train.verl_metrics import tracking_env
 
     model_path, _ = _verl_start(base, ctx, dry_run)
-    overrides = vl.sft_overrides(stage, **_where(ctx, name, model_path, data), resume=True)
+    overrides = vl.sft_overrides(stage, **_where(ctx, name, model_path, data), resume=True, seed=ctx.recipe.seed)
     vl.validate_overrides(vl.SFT_CONFIG, overrides)
-    return VerlCommand(vl.verl_command("sft", overrides, stage.cluster), None, model_path)
+    # verl's SFT loggers run in the command's own process: their paths go in its environment.
+    env = dict(os.environ) | tracking_env(ctx.stage_dir(name), wandb=_wandb_on(ctx))
+    return VerlCommand(vl.verl_command("sft", overrides, stage.cluster, environ=env), env, model_path)
 
 
 def verl_command(stage: SFTStage | GRPOStage, ctx: RunContext, name: str, *, dry_run: bool) -> VerlCommand:
@@ -145,11 +149,18 @@ def _shown(argv: list[str]) -> list[str]:
 
 
 def _run_verl(command: VerlCommand, ctx: RunContext, name: str, *, base: str, trainer: str, alpha: int | None) -> None:
+    from memrl.train import verl_metrics
+    from memrl.train.curves import verl_chart
     from memrl.train.verl_launch import run_verl
     from memrl.train.verl_merge import merge_verl_checkpoint
 
     out = ctx.stage_dir(name)
-    run_verl(command.argv, out / "verl.log", env=command.env)  # raises MemrlError with the log's tail on failure
+    out.mkdir(parents=True, exist_ok=True)  # verl's file logger opens its file without creating the folder
+    verl_metrics.archive(out)  # verl's file logger would truncate a resumed run's earlier curve
+    try:
+        run_verl(command.argv, out / "verl.log", env=command.env)  # raises MemrlError with the log's tail on failure
+    finally:  # a failed run's curves are worth seeing too
+        verl_chart(verl_metrics.read(out), out / CURVES_FILE, title=f"{ctx.recipe.name}: {name} ({trainer})")
     # Merge verl's last FSDP checkpoint into `final/` (an adapter for LoRA runs, else the full model).
     merged = merge_verl_checkpoint(out / "checkpoints", out / "merged", lora_alpha=alpha)
     final = out / "final"

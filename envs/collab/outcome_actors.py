@@ -1,0 +1,75 @@
+"""The next-session outcome reward with its sessions played on Ray actors (`workers` / `ray_address` set).
+
+The driver's scorer keeps the cache and deals the sessions it must play round-robin over the actors; each actor
+holds its own agent model and plays its share in lock step, as the in-process scorer does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from memrl.envs.actors import actor_error_cause, spawn_workers, start_ray
+from memrl.envs.collab.next_session import NextSessionRow, NextSessionScorer, SessionOutcome, build_scorer
+from memrl.rewards.config import OutcomeRewardConfig
+from memrl.rollout.base import Message
+
+
+class OutcomeWorker:
+    """A Ray actor: an in-process scorer of its own (its own agent model)."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        local = OutcomeRewardConfig.model_validate(cfg).model_copy(update={"workers": None, "ray_address": None})
+        self.scorer = build_scorer(local)
+
+    async def play(self, jobs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any] | str]:
+        rows = [(notes, NextSessionRow(**row)) for notes, row in jobs]
+        played = await self.scorer.play(rows)
+        return [asdict(o) if isinstance(o, SessionOutcome) else f"{type(o).__name__}: {o}" for o in played]
+
+
+class _Remote:
+    name = "ray-actors"
+
+    async def replies(self, requests: Sequence[tuple[str, list[Message]]]) -> list[str]:
+        raise RuntimeError("the actors play the sessions")
+
+
+class ActorScorer(NextSessionScorer):
+    def __init__(self, cfg: OutcomeRewardConfig) -> None:
+        super().__init__(_Remote(), max_turns=cfg.max_turns, seed=cfg.seed, cache_size=cfg.cache_size)
+        self.cfg = cfg
+        self._stack = contextlib.ExitStack()
+        self._workers: list[Any] = []
+
+    def _spawn(self) -> list[Any]:
+        if not self._workers:
+            start_ray(self.cfg.ray_address, self._stack)
+            self._workers = spawn_workers(OutcomeWorker, self.cfg.workers or 1, self.cfg.model_dump(mode="json"))
+        return self._workers
+
+    async def play(self, jobs: Sequence[tuple[str, NextSessionRow]]) -> list[SessionOutcome | BaseException]:
+        if not jobs:
+            return []
+        workers = self._spawn()
+        shares = [s for s in (list(range(i, len(jobs), len(workers))) for i in range(len(workers))) if s]
+        calls = [
+            w.play.remote([(jobs[n][0], asdict(jobs[n][1])) for n in share])
+            for w, share in zip(workers, shares, strict=False)
+        ]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        out: list[SessionOutcome | BaseException] = [RuntimeError("not played")] * len(jobs)
+        for share, result in zip(shares, results, strict=True):
+            for i, n in enumerate(share):
+                if isinstance(result, BaseException):
+                    out[n] = actor_error_cause(result)
+                else:
+                    value = result[i]
+                    out[n] = SessionOutcome(**value) if isinstance(value, dict) else RuntimeError(value)
+        return out
+
+    def close(self) -> None:
+        self._stack.close()

@@ -1,0 +1,142 @@
+"""The collab environment for online RL: episode rows (user, problem, what the agent knows) and their episodes.
+
+A row is the JSON of one session to play: the user's profile, the problem, the session index and the agent's
+knowledge of the user (`none`, or `oracle`: its stated preferences, as the S4 agent of `memrl eval collab`). The
+policy is prompted exactly as `CollabAgent` is, so a trained policy is evaluated with `memrl eval collab --agent`
+of the same kind; it writes the agent's JSON, and the user reads its `response` (the raw text when it has none,
+counted in the record's `parse_failures.agent`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from memrl.core.preferences import as_prompt_text, get_preference
+from memrl.core.schema import StrictModel
+from memrl.envs.collab.config import CollabEvalConfig
+from memrl.envs.collab.grading import Grader
+from memrl.envs.collab.problems import Problem
+from memrl.envs.collab.profiles import UserProfile
+from memrl.envs.collab.prompts import AGENT_KEYS, agent_messages
+from memrl.envs.collab.runner import assign_problems, select_problems, select_profiles
+from memrl.envs.collab.session import CollabEpisode, SessionSpec, session_key
+from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
+from memrl.envs.episode import PolicyReply
+from memrl.envs.online import OnlineEpisode
+from memrl.rollout.base import ChatBackend
+from memrl.rollout.builder import build_backend
+from memrl.rollout.config import ModelConfig, SamplingConfig
+from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
+
+
+class CollabRLConfig(StrictModel):
+    """The sessions a policy trains on: train-split users and problems (disjoint from `memrl eval collab`'s)."""
+
+    task: str = Field(default="arith", description="problem set: arith (shipped), math-500, logiqa, mmlu, medqa, ...")
+    problems: Path | None = Field(default=None, description="local JSON/JSONL/parquet or cache folder; default: hub")
+    eval_problems: PositiveInt = Field(default=100, description="problems held out for eval, never trained on")
+    users: PositiveInt = Field(default=8, description="train users, each with a persona and three preferences")
+    sessions: PositiveInt = Field(default=4, description="problems per user: rows are users x sessions")
+    max_turns: PositiveInt = Field(default=4, description="agent replies per episode")
+    agent: Literal["none", "oracle"] = Field(
+        default="none", description="what the policy knows of the user: nothing, or its stated preferences"
+    )
+    simulator: Literal["rule", "llm"] = Field(default="rule", description="the user: rule (checkers) | llm")
+    user_model: ModelConfig | None = Field(default=None, description="the LLM user's model (simulator: llm)")
+    user_sampling: SamplingConfig = SamplingConfig(temperature=1.0, max_tokens=256, seed=0)
+    seed: int = Field(default=0, description="seed of users, problems and the rule user")
+
+    @model_validator(mode="after")
+    def _user_model_for_llm(self) -> CollabRLConfig:
+        if self.simulator == "llm" and self.user_model is None:
+            raise ValueError("simulator llm needs a user_model")
+        return self
+
+    def eval_config(self) -> CollabEvalConfig:
+        """The evaluation config whose train split these rows are drawn from."""
+        return CollabEvalConfig(
+            task=self.task,
+            problems=self.problems,
+            split="train",
+            eval_problems=self.eval_problems,
+            users=self.users,
+            sessions=self.sessions,
+            seed=self.seed,
+        )
+
+
+def episode_rows(cfg: CollabRLConfig) -> list[str]:
+    """One JSON spec per (train user, session), in user order."""
+    evaluation = cfg.eval_config()
+    users = select_profiles(evaluation)
+    plan = assign_problems(users, select_problems(evaluation), cfg.sessions, cfg.seed)
+    rows = []
+    for user in users:
+        oracle = "\n".join(f"- {as_prompt_text(get_preference(p))}" for p in user.preferences)
+        notes = oracle if cfg.agent == "oracle" else ""
+        for index, problem in enumerate(plan[user.id]):
+            row = {
+                "key": session_key(user.id, index),
+                "profile": user.to_record(),
+                "problem": problem.to_record(),
+                "session": index,
+                "agent": cfg.agent,
+                "notes": notes,
+            }
+            rows.append(json.dumps(row))
+    return rows
+
+
+def read_reply(raw: str) -> PolicyReply:
+    """The agent's JSON -> the message the user reads (as `CollabAgent.reply` reads it)."""
+    parsed = parse_json_object(raw, required=AGENT_KEYS[-1:])
+    value: Any = None if isinstance(parsed, JSONParseFailure) else parsed.data["response"]
+    text = field_text(value).strip() if isinstance(value, str | list | dict) else ""
+    return (text, {"parse_failed": False}) if text else (raw.strip(), {"parse_failed": True})
+
+
+class CollabEpisodes:
+    """An `EpisodeSource`: a fresh `CollabEpisode` (with its own user session) for every rollout of a row."""
+
+    def __init__(
+        self,
+        simulator: UserSimulator,
+        grader: Grader,
+        max_turns: int,
+        reply_tokens: int,
+        backends: Sequence[ChatBackend] = (),
+    ) -> None:
+        self.simulator = simulator
+        self.grader = grader
+        self.max_turns = max_turns
+        self.reply_tokens = reply_tokens  # the budget the agent prompt states
+        self._backends = list(backends)  # what `close` releases: the LLM user's model
+
+    def __call__(self, spec: str) -> OnlineEpisode:
+        row = json.loads(spec)
+        session = SessionSpec(
+            UserProfile.from_record(row["profile"]), Problem.from_record(row["problem"]), int(row["session"])
+        )
+        episode = CollabEpisode(session, self.simulator, self.grader, self.max_turns)
+        # The agent kinds `none` and `oracle` name their prompt sections too.
+        context = agent_messages(row["agent"], row["notes"], [], self.reply_tokens)
+        return OnlineEpisode(episode, context, read_reply)
+
+    def close(self) -> None:
+        for backend in self._backends:
+            backend.close()
+
+
+def collab_episodes(cfg: CollabRLConfig, reply_tokens: int) -> CollabEpisodes:
+    """The source for `cfg`'s users; arith, maths and choice tasks are graded by rule, so no judge model is needed."""
+    grader = Grader()
+    if cfg.user_model is None or cfg.simulator == "rule":
+        return CollabEpisodes(RuleUserSimulator(grader, seed=cfg.seed), grader, cfg.max_turns, reply_tokens)
+    backend = build_backend(cfg.user_model)
+    simulator = LLMUserSimulator(backend, cfg.user_sampling.params())
+    return CollabEpisodes(simulator, grader, cfg.max_turns, reply_tokens, [backend])

@@ -1,0 +1,24 @@
+"""What an environment hands an online RL trainer: one episode per dataset row, and how the policy sees it.
+
+A trainer's dataset holds one `spec` string per row (JSON the environment wrote); `EpisodeSource(spec)` builds a
+fresh `OnlineEpisode` for every rollout of that row. The trainer renders `context + observation` as the policy's
+prompt, turns each sampled reply into a step with `read_reply`, and appends the environment's turns itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from memrl.envs.episode import Episode, PolicyReply
+from memrl.rollout.base import Message
+
+
+@dataclass(frozen=True)
+class OnlineEpisode:
+    episode: Episode
+    context: list[Message]  # what the policy sees before the episode's first observation (its system prompt)
+    read_reply: Callable[[str], PolicyReply]  # the policy's raw text -> the reply and annotations `step` takes
+
+
+EpisodeSource = Callable[[str], OnlineEpisode]

@@ -1,0 +1,138 @@
+"""The secret values of this process, and `redact(text)`, which hides them in whatever is shown or written.
+
+A value is secret when it is set in a variable or recipe field whose name says so (a key, token, password, secret
+or credential: `OPENAI_API_KEY`, `api_key`, `hfToken`), or when it fills a `${NAME}` reference in a field that says
+so, whatever the variable is called. `memrl.core.envrefs` registers what recipes and commands fill in; secret-named
+environment variables and secret-named flags of this process's command line (`--api-key VALUE`) are read at each
+call, so a key exported later is hidden too. Masking goes by value, so a key inside a URL, a JSON blob or an error
+message is hidden wherever it lands.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import lru_cache
+from typing import IO, Any
+
+MASK = "***"
+# Words that mark a name as secret. Whole words only: `max_tokens`, `TOKENIZERS_PARALLELISM` and `RAY_AUTH_MODE`
+# must not turn their values (256, "false", "disabled") into secrets.
+# Not "pwd": $PWD (and OLDPWD) hold the current folder, which would turn every path into "***".
+SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "password", "passwd", "secret", "credential", "credentials", "cred", "creds"}
+)
+# Shorter values are placeholders ("EMPTY", "none", "dummy"), not keys: masking them would garble ordinary text.
+MIN_SECRET_LEN = 8
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+_registered: set[str] = set()
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=4096)
+def is_secret_name(name: str) -> bool:
+    """Whether a variable or field named `name` holds a secret, by its words (snake_case, camelCase, UPPER_CASE)."""
+    return any(word.lower() in SECRET_WORDS for word in _WORD.findall(name))
+
+
+def register(values: Iterable[str | None]) -> None:
+    """Remember `values` as secrets of this process (placeholders shorter than MIN_SECRET_LEN are ignored)."""
+    keep = {v for v in values if v and len(v.strip()) >= MIN_SECRET_LEN}
+    with _lock:
+        _registered.update(keep)
+
+
+def known(environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> set[str]:
+    """Every secret value of this process: registered ones, those of secret-named environment variables, and those
+    given on this process's command line to a secret-named flag (`--api-key VALUE`, `--hf-token=VALUE`)."""
+    env = os.environ if environ is None else environ
+    found = {v for k, v in env.items() if is_secret_name(k)} | set(_flag_values(sys.argv if argv is None else argv))
+    with _lock:
+        return _registered | {v for v in found if len(v.strip()) >= MIN_SECRET_LEN}
+
+
+def _flag_values(argv: Sequence[str]) -> Iterator[str]:
+    for flag, following in zip(argv, [*argv[1:], ""], strict=True):
+        name, eq, value = flag.partition("=")
+        if name.startswith("--") and is_secret_name(name):
+            yield value if eq else following
+
+
+def redact(text: str, environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> str:
+    """`text` with every known secret value (raw, JSON-escaped or URL-quoted) replaced by MASK."""
+    pattern = _pattern(frozenset(known(environ, argv)))
+    return text if pattern is None else pattern.sub(MASK, text)
+
+
+@lru_cache(maxsize=8)
+def _pattern(values: frozenset[str]) -> re.Pattern[str] | None:
+    forms = {form for v in values for form in (v, json.dumps(v)[1:-1], urllib.parse.quote(v, safe=""))}
+    if not forms:
+        return None
+    # Longest first, so a secret that contains another is masked whole.
+    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+
+
+# ---- hooks: logs and consoles --------------------------------------------------------------------------------------
+
+
+def redact_logs() -> None:
+    """Redact every log record of this process as it is made (message and traceback), whichever logger or handler
+    it goes to. Idempotent."""
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "memrl_redacts", False):
+        return
+
+    def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: logging reports it when it is emitted, not here
+            return record
+        clean = redact(message)
+        if clean != message:  # records left alone keep their args (some formatters read them)
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return record
+
+    make.memrl_redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(make)
+
+
+class RedactingStream(io.TextIOBase):
+    """A text stream that redacts what it writes before passing it on to `target`, a stream or a function that
+    returns the stream to use at each write (for a console that follows whatever sys.stdout is)."""
+
+    def __init__(self, target: IO[str] | Callable[[], IO[str]]) -> None:
+        super().__init__()
+        self.target = target
+
+    @property
+    def out(self) -> IO[str]:
+        return self.target() if callable(self.target) else self.target
+
+    def write(self, text: str) -> int:
+        self.out.write(redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return self.out.isatty()
+
+    def fileno(self) -> int:
+        return self.out.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.out, "encoding", None) or "utf-8"

@@ -1,0 +1,77 @@
+"""The reward of a collab episode, from what the simulated user experienced: four parts, each its own TRL function.
+
+    task_success  1 when the user's final draft is graded correct, else 0
+    user_effort   minus the user's enforcing turns (the paper's user effort: turns spent asking the agent to follow
+                  a preference instead of working on the problem)
+    preference    the share of the agent's replies the user reacted to in which the programmatic checkers found no
+                  preference violated (None when the user reacted to none: TRL then sums the other parts)
+    length        minus the conversation's messages, both sides
+
+Each part reads the episode record (`CollabEpisode.record()`) that the rollout forwards as the extra field
+`episode`; weights come from the recipe (`OutcomeWeights`). An episode the rollout could not finish (a user
+simulator failure, the token budget) has no record: every function returns None for it, which TRL 1.16 treats as
+unscorable (advantage 0, left out of its group's mean and std). `task_success` also logs how many episodes of the
+batch ended each way (`episode/<status>`), so failures are counted where the rewards are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import Field
+
+from memrl.core.schema import StrictModel
+
+PARTS = ("task_success", "user_effort", "preference", "length")
+STATUSES = ("done", "failed", "over_budget")  # how a rollout's episode ended (the `episode_status` extra field)
+
+RewardFunc = Callable[..., list[float | None]]
+Record = Mapping[str, Any]
+
+
+class OutcomeWeights(StrictModel):
+    """GRPO's reward is the weighted sum of the parts (TRL `reward_weights`)."""
+
+    task_success: float = Field(default=1.0, description="weight of the graded answer (0/1)")
+    user_effort: float = Field(default=0.2, description="weight of minus the enforcing user turns")
+    preference: float = Field(default=0.5, description="weight of the share of replies meeting every preference")
+    length: float = Field(default=0.02, description="weight of minus the conversation's messages")
+
+    def as_list(self) -> list[float]:
+        return [getattr(self, part) for part in PARTS]
+
+
+def preference_share(record: Record) -> float | None:
+    """Replies the user reacted to with no violated preference, over all it reacted to (a clarifying question, which
+    no answer-format preference applies to, counts as in line)."""
+    reactions = [t for t in record["turns"] if t["role"] == "user" and "checker_violated" in t]
+    if not reactions:
+        return None
+    return sum(not t["checker_violated"] for t in reactions) / len(reactions)
+
+
+def outcome_parts(record: Record) -> dict[str, float | None]:
+    return {
+        "task_success": float(record["task_success"]),
+        "user_effort": -float(record["user_effort"]),
+        "preference": preference_share(record),
+        "length": -float(record["length"]),
+    }
+
+
+def _part(name: str) -> RewardFunc:
+    def reward(completions: Sequence[Any], episode: Sequence[Record | None], **kwargs: Any) -> list[float | None]:
+        if name == "task_success" and callable(log_metric := kwargs.get("log_metric")):
+            statuses = kwargs.get("episode_status") or []
+            for status in STATUSES:
+                log_metric(f"episode/{status}", float(sum(s == status for s in statuses)))
+        return [None if record is None else outcome_parts(record)[name] for record in episode]
+
+    reward.__name__ = name  # TRL logs each function as rewards/<__name__>/mean
+    return reward
+
+
+def reward_funcs() -> list[RewardFunc]:
+    """One TRL reward function per part, in `PARTS` order (the order of `OutcomeWeights.as_list`)."""
+    return [_part(name) for name in PARTS]

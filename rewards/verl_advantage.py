@@ -1,0 +1,66 @@
+"""verl advantage estimator `memrl_grpo`: verl's GRPO over the judged samples only, as TRL 1.16 does it.
+
+    algorithm.adv_estimator=memrl_grpo
+    +ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=memrl.rewards.verl_advantage
+
+verl needs a float reward per sample, and its reward loop scores samples one at a time, streamed, so no reward
+function sees a sample's group. A sample whose judge failed therefore gets the score NaN from
+`memrl.rewards.verl_reward`, and this estimator, which does see the groups, leaves it out: the other samples of its
+group get verl's own GRPO advantage computed without it (`compute_grpo_outcome_advantage` on the judged rows), and
+it gets advantage 0. A group with fewer than two judged samples has no baseline and gets 0 throughout. That is
+what TRL 1.16 does with a sample whose reward functions all return None (nan-aware group mean and std, advantage
+0), so both trainers treat a failed judge the same: as if the sample were absent.
+
+verl imports the modules named in `VERL_USE_EXTERNAL_MODULES` on `import verl` in every process, the trainer's
+included, which registers the estimator there.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
+
+from memrl.rewards.verl_reward import ADV_ESTIMATOR
+
+log = logging.getLogger(__name__)
+
+
+@register_adv_est(ADV_ESTIMATOR)
+def compute_judged_grpo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config: Any = None,
+    epsilon: float = 1e-6,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns) as verl's GRPO computes them, with NaN-scored (judge failed) samples excluded."""
+    norm_by_std = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
+    scores = token_level_rewards.sum(dim=-1)
+    judged = ~torch.isnan(scores)
+    groups = np.asarray(index, dtype=object)
+    judged_np = judged.cpu().numpy()
+    # verl gives a lone sample the raw score as its advantage; without a second judged sample there is no baseline.
+    counts: dict[Any, int] = {}
+    for group in groups[judged_np]:
+        counts[group] = counts.get(group, 0) + 1
+    usable = torch.tensor([ok and counts.get(g, 0) > 1 for g, ok in zip(groups, judged_np, strict=True)])
+    advantages = torch.zeros_like(token_level_rewards, dtype=torch.float32)
+    if usable.any():
+        rows = usable.nonzero(as_tuple=True)[0]
+        sub, _ = compute_grpo_outcome_advantage(
+            token_level_rewards=token_level_rewards[rows],
+            response_mask=response_mask[rows],
+            index=groups[rows.numpy()],
+            epsilon=epsilon,
+            norm_adv_by_std_in_grpo=norm_by_std,
+        )
+        advantages[rows] = sub.to(advantages.dtype)
+    failed = int((~judged).sum())
+    if failed:
+        log.warning("memrl_grpo: %d of %d samples had no judge verdict: advantage 0", failed, len(scores))
+    return advantages, advantages

@@ -1,0 +1,144 @@
+"""Hostile inputs: the files and folders a careless or hostile user hands the CLI, made on demand under a folder.
+
+`make(kind, where)` returns a path of that kind. Input files: missing, empty, binary, Latin-1, truncated JSON, JSON
+of the wrong shape, one 50 MB line, a folder where a file belongs. Input folders: missing, a file where a folder
+belongs, empty, and folders whose expected files (every name a command looks for) are binary, truncated or of the
+wrong shape. Output locations: an existing file, a path below a regular file (fails even for root), a read-only
+folder (`READONLY_BLOCKS` says whether chmod blocks writes here: not for root).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+FILE_KINDS = ("missing", "empty", "binary", "latin1", "truncated", "wrong_shape", "huge_line", "folder")
+TEXT_KINDS = ("missing", "binary", "latin1", "folder")  # a plain-text input: empty or any UTF-8 is valid
+DIR_KINDS = ("missing", "file", "empty_dir", "binary_dir", "truncated_dir", "wrong_dir")
+OUT_KINDS = ("existing_file", "below_file", "readonly")
+PORT_KINDS = ("70000", "-1", "0", "http")
+
+HUGE = 50 * 2**20
+BINARY = bytes(range(256)) * 8  # NUL first, then bytes no UTF-8 text holds
+LATIN1 = "préférences: café, thé\n".encode("latin-1")
+TRUNCATED = b'{"name": "x", "stages": {"a": [1, 2'
+WRONG_SHAPE = b"[1, 2, 3]\n"
+EXISTING = b"already here: must survive a failed command\n"
+
+# Every name a command reads inside the folders it takes: SGD and MS-TOD folders, run folders (collab, PAHF, TOD,
+# judger data, a saved recipe), reflection data, checkpoints. A hostile folder fills each with the same bad bytes.
+DIR_NAMES = (
+    "schema.json",
+    "dialogues_001.json",
+    "train/schema.json",
+    "train/dialogues_001.json",
+    "persona_1.json",
+    "memory/persona_1.json",
+    "stats.json",
+    "metrics.json",
+    "tasks.jsonl",
+    "sessions.jsonl",
+    "config.json",
+    "recipe.resolved.yaml",
+    "pairs.jsonl",
+    "eval/pairs.jsonl",
+    "rl/eval.jsonl",
+    "memrl_checkpoint.json",
+    "adapter_config.json",
+    "shopping/persona_info.json",
+    "shopping/phase1.json",
+)
+
+
+def _readonly_blocks() -> bool:
+    """Whether a folder without write permission refuses a new file here (not for root, nor on some mounts)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "ro"
+        folder.mkdir()
+        folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        try:
+            (folder / "probe").write_text("x")
+        except PermissionError:
+            return True
+        finally:
+            folder.chmod(stat.S_IRWXU)
+        return False
+
+
+READONLY_BLOCKS = _readonly_blocks()
+
+
+def _fill(folder: Path, data: bytes) -> Path:
+    for name in DIR_NAMES:
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return folder
+
+
+def make(kind: str, where: Path) -> Path:
+    """A fresh path of `kind` under `where` (which exists)."""
+    path = where / f"hostile-{kind}"
+    match kind:
+        case "missing":
+            return path
+        case "empty":
+            path.write_bytes(b"")
+        case "binary":
+            path.write_bytes(BINARY)
+        case "latin1":
+            path.write_bytes(LATIN1)
+        case "truncated":
+            path.write_bytes(TRUNCATED)
+        case "wrong_shape":
+            path.write_bytes(WRONG_SHAPE)
+        case "huge_line":
+            with path.open("wb") as f:
+                f.write(b'{"a": "')
+                f.write(b"x" * HUGE)
+        case "folder" | "empty_dir":
+            path.mkdir()
+        case "file" | "existing_file":
+            path.write_bytes(EXISTING)
+        case "binary_dir":
+            return _fill(_mkdir(path), BINARY)
+        case "truncated_dir":
+            return _fill(_mkdir(path), TRUNCATED)
+        case "wrong_dir":
+            return _fill(_mkdir(path), WRONG_SHAPE)
+        case "below_file":
+            (where / "a-file").write_bytes(EXISTING)
+            return where / "a-file" / "out"
+        case "readonly":
+            path.mkdir()
+            (path / "kept.txt").write_bytes(EXISTING)
+            path.chmod(stat.S_IRUSR | stat.S_IXUSR)
+            return path / "out"
+        case _:
+            raise ValueError(f"unknown hostile kind {kind!r}")
+    return path
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under `root` and its bytes, to show that a failed command lost nothing already written."""
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            if path.is_file() and path.stat().st_size < HUGE:
+                out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+def restore_permissions(root: Path) -> None:
+    """Make read-only folders writable again so pytest can remove them."""
+    for dirpath, dirs, _ in os.walk(root):
+        for d in dirs:
+            (Path(dirpath) / d).chmod(stat.S_IRWXU)

@@ -1,0 +1,198 @@
+"""Charts as PNG files: verl training curves (from its file logger), HF Trainer loss curves, the judger's ROC and
+precision-recall curves, and Recall@k. Each returns the `Chart` it drew (its series, as plotted), or None when there
+was nothing to draw."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memrl.train.verl_metrics import Steps
+
+Points = list[tuple[float, float]]
+# File names, in the folder of the stage or evaluation that drew them.
+LOSS_CURVE = "loss_curve.png"
+ROC_PR = "roc_pr.png"
+RECALL_AT_K = "recall_at_k.png"
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    series: dict[str, Points] = field(default_factory=dict)
+    xlabel: str = "step"
+    ylabel: str = ""
+    diagonal: bool = False  # a dashed y = x (chance on a ROC curve)
+
+
+@dataclass(frozen=True)
+class Chart:
+    path: Path
+    panels: list[Panel]
+
+    def panel(self, title: str) -> Panel:
+        return next(p for p in self.panels if p.title == title)
+
+
+def draw(panels: Sequence[Panel], out: Path, *, title: str | None = None) -> Chart | None:
+    """One subplot per panel that has points; None (and no file) when none has."""
+    kept = [p for p in (_nonempty(p) for p in panels) if p.series]
+    if not kept:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on clusters or CI
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(kept), figsize=(4.5 * len(kept), 3.5), squeeze=False)
+    for ax, panel in zip(axes[0], kept, strict=True):
+        for label, points in panel.series.items():
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o" if len(points) <= 30 else None, markersize=3, label=label)
+        if panel.diagonal:
+            ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=0.8)
+        ax.set_title(panel.title)
+        ax.set_xlabel(panel.xlabel)
+        ax.set_ylabel(panel.ylabel)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return Chart(out, kept)
+
+
+def _nonempty(panel: Panel) -> Panel:
+    series = {label: points for label, points in panel.series.items() if points}
+    return Panel(panel.title, series, panel.xlabel, panel.ylabel, panel.diagonal)
+
+
+def _series(rows: Mapping[int, Mapping[str, float]], key: str) -> Points:
+    return [(float(step), float(row[key])) for step, row in rows.items() if key in row]
+
+
+# ---- verl: its metric names (verl 0.9.1: ray_trainer / metric_utils for GRPO, sft_trainer for SFT) ---------------
+
+TRAIN_REWARD = "critic/score/mean"  # the mean reward of the step's rollouts
+VERL_PANELS: dict[str, dict[str, str]] = {
+    "reward": {"train reward": TRAIN_REWARD},
+    "KL": {"KL loss (to the reference)": "actor/kl_loss", "PPO KL (to the rollout policy)": "actor/ppo_kl"},
+    "response length": {"mean tokens": "response_length/mean"},
+    "entropy": {"policy entropy": "actor/entropy"},
+    "loss": {"train loss": "train/loss", "eval loss": "val/loss"},
+    "learning rate": {"lr": "train/lr"},
+}
+# The reward and its parts on the validation set (memrl.rewards.verl_reward's keys): verl logs the reward function's
+# extra keys only for validation, as `val-core|val-aux/<data source>/<name>/mean@<n>`.
+REWARD_PARTS = ("reward", "coverage", "format", "length_penalty")
+_VAL = re.compile(r"^val-(?:core|aux)/(?P<source>[^/]+)/(?P<name>[^/]+)/mean@(?P<n>\d+)$")
+
+
+def verl_chart(steps: Steps, out: Path, title: str | None = None) -> Chart | None:
+    """GRPO: reward (train, and eval with its parts), KL, response length, entropy; SFT: loss and learning rate."""
+    panels = [
+        Panel(name, {label: _series(steps, key) for label, key in keys.items()}) for name, keys in VERL_PANELS.items()
+    ]
+    panels[0].series.update(eval_reward(steps))
+    return draw(panels, out, title=title)
+
+
+def eval_reward(steps: Steps) -> dict[str, Points]:
+    """`eval <part>` per validation step, at the largest n verl averaged over (one source: no source in the label)."""
+    found: dict[tuple[str, str], tuple[int, str]] = {}
+    for row in steps.values():
+        for key in row:
+            m = _VAL.match(key)
+            if m and m["name"] in REWARD_PARTS:
+                best = found.get((m["source"], m["name"]))
+                if best is None or int(m["n"]) > best[0]:
+                    found[(m["source"], m["name"])] = (int(m["n"]), key)
+    sources = {source for source, _ in found}
+    out: dict[str, Points] = {}
+    for (source, name), (_, key) in sorted(found.items(), key=lambda item: REWARD_PARTS.index(item[0][1])):
+        out[f"eval {name}" + (f" [{source}]" if len(sources) > 1 else "")] = _series(steps, key)
+    return out
+
+
+# ---- HF Trainer log history (TRL SFT, the judger) -----------------------------------------------------------------
+
+
+def loss_chart(log_history: Sequence[Mapping[str, Any]], out: Path, title: str | None = None) -> Chart | None:
+    """Train and eval loss, and the learning rate, per optimizer step of an HF Trainer's `state.log_history`."""
+    rows: dict[int, dict[str, float]] = {}
+    for entry in log_history:
+        if "step" in entry:
+            numbers = {k: float(v) for k, v in entry.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            rows.setdefault(int(entry["step"]), {}).update(numbers)
+    panels = [
+        Panel("loss", {"train loss": _series(rows, "loss"), "eval loss": _series(rows, "eval_loss")}),
+        Panel("learning rate", {"lr": _series(rows, "learning_rate")}),
+    ]
+    return draw(panels, out, title=title)
+
+
+# ---- the judger's ranking quality ---------------------------------------------------------------------------------
+
+
+def roc_pr_chart(labels: Sequence[int], scores: Sequence[float], out: Path, name: str = "judger") -> Chart | None:
+    """ROC (with AUC) and precision-recall (with average precision) of scores against 0/1 labels; None with one
+    class only (both curves are undefined then)."""
+    if len(set(labels)) < 2:
+        return None
+    from sklearn.metrics import auc, average_precision_score, precision_recall_curve, roc_curve
+
+    fpr, tpr, _ = roc_curve(labels, scores)
+    precision, recall, _ = precision_recall_curve(labels, scores)
+    rate = sum(labels) / len(labels)
+    roc = Panel(
+        "ROC",
+        {f"{name} (AUC {auc(fpr, tpr):.3f})": _pairs(fpr, tpr)},
+        "false positive rate",
+        "true positive rate",
+        diagonal=True,
+    )
+    ap = average_precision_score(labels, scores)
+    pr = Panel(
+        "precision-recall",
+        {f"{name} (AP {ap:.3f})": _pairs(recall, precision), f"positive rate {rate:.2f}": [(0.0, rate), (1.0, rate)]},
+        "recall",
+        "precision",
+    )
+    return draw([roc, pr], out)
+
+
+def _pairs(xs: Any, ys: Any) -> Points:
+    return [(float(x), float(y)) for x, y in zip(xs, ys, strict=True)]
+
+
+# ---- Recall@k (TOD evaluation, judger evaluation) -----------------------------------------------------------------
+
+_RECALL = re.compile(r"^(?P<name>[a-z_]*recall)@(?P<k>\d+)$")
+
+
+def recall_chart(metrics: Mapping[str, Any], out: Path, title: str | None = None) -> Chart | None:
+    """Every `<prefix>recall@k` and `<prefix>pair_recall@k` of a metrics dict over k: distinct gold facts on the
+    left, gold pairs on the right (`ceiling_`: the best any ranking could do)."""
+    facts: dict[str, Points] = {}
+    pairs: dict[str, Points] = {}
+    for key, value in metrics.items():
+        m = _RECALL.match(key)
+        if m is None or not isinstance(value, int | float):
+            continue
+        name = m["name"]
+        target, label = (
+            (pairs, name.removesuffix("pair_recall"))
+            if name.endswith("pair_recall")
+            else (facts, name.removesuffix("recall"))
+        )
+        target.setdefault(label.rstrip("_") or "pipeline", []).append((float(m["k"]), float(value)))
+    panels = [
+        Panel("Recall@k (gold facts)", {k: sorted(v) for k, v in facts.items()}, "k", "recall"),
+        Panel("Recall@k (gold pairs)", {k: sorted(v) for k, v in pairs.items()}, "k", "recall"),
+    ]
+    return draw(panels, out, title=title)

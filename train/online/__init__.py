@@ -1,0 +1,1 @@
+"""Online RL: the policy plays whole episodes of an environment, and the trainer learns from their outcome."""

@@ -1,0 +1,96 @@
+"""`collab_grpo` on TRL: GRPO of the agent on whole collab sessions with a simulated user, on one node (CPU ok)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from memrl.core.checkpoints import tokenizer_source
+from memrl.envs.collab.rl import collab_episodes, episode_rows
+from memrl.rewards.collab_outcome import PARTS, STATUSES, reward_funcs
+from memrl.train.config import GRPOStage
+from memrl.train.curves import Chart, Panel, draw
+from memrl.train.online.chat_tokens import TurnTokens
+from memrl.train.online.config import CollabGRPOStage
+from memrl.train.online.rollout import Player
+from memrl.train.online.trl_rollout import EPISODES_FILE, EpisodeLog, EpisodeRollout
+from memrl.train.trl_common import (
+    TrainContext,
+    accumulation_steps,
+    apply_overrides,
+    base_args,
+    resume_point,
+    save_final,
+)
+from memrl.train.trl_grpo import policy_model
+
+CURVES_FILE = "training_curves.png"
+
+
+def grpo_args(stage: CollabGRPOStage, ctx: TrainContext) -> dict[str, Any]:
+    completions = stage.batch_size * stage.rollouts
+    args = base_args(
+        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
+    )
+    args.update(
+        max_steps=stage.max_steps,
+        per_device_train_batch_size=stage.micro_batch_size,
+        gradient_accumulation_steps=accumulation_steps(
+            completions, stage.micro_batch_size, ctx.stage, "batch_size x rollouts"
+        ),
+        generation_batch_size=completions,  # one round of episodes feeds exactly one optimizer step
+        num_generations=stage.rollouts,
+        max_completion_length=stage.max_turn_tokens,  # TRL's generation cap: one agent reply
+        temperature=stage.temperature,
+        beta=stage.kl_coef,
+        loss_type=stage.loss,
+        scale_rewards="none" if stage.loss == "dr_grpo" else "group",
+        reward_weights=stage.reward.as_list(),
+    )
+    return args
+
+
+def outcome_chart(history: Sequence[dict[str, Any]], out: Path, title: str) -> Chart | None:
+    """One panel per reward part (train mean per step), the weighted reward, and how the episodes ended."""
+
+    def series(key: str) -> list[tuple[float, float]]:
+        return [(float(row["step"]), float(row[key])) for row in history if key in row and "step" in row]
+
+    panels = [Panel(part, {part: series(f"rewards/{part}/mean")}) for part in PARTS]
+    panels.append(Panel("reward", {"weighted sum": series("reward")}))
+    panels.append(Panel("episodes", {status: series(f"episode/{status}") for status in STATUSES}))
+    return draw(panels, out, title=title)
+
+
+def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext) -> Path:
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    rows = episode_rows(stage.env)  # a bad task or problem file fails here, before any model loads
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(stage.init or base_model))
+    config = GRPOConfig(**apply_overrides(GRPOConfig, grpo_args(stage, ctx), stage.overrides, ctx.stage))
+    episodes = collab_episodes(stage.env, stage.max_turn_tokens)
+    player = Player(episodes, TurnTokens.of(tokenizer), stage.max_turn_tokens, stage.max_episode_tokens)
+    rollout = EpisodeRollout(player, EpisodeLog(ctx.out_dir / EPISODES_FILE))
+    model, lora, base = policy_model(cast(GRPOStage, stage), base_model)  # it reads only `init` and `lora`
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[*reward_funcs()],
+            args=config,
+            train_dataset=Dataset.from_dict({"prompt": rows}),
+            processing_class=tokenizer,
+            peft_config=lora,
+            rollout_func=rollout,
+        )
+    try:
+        trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
+    finally:  # a failed run's curves are worth seeing too
+        rollout.close()
+        episodes.close()
+        outcome_chart(trainer.state.log_history, ctx.out_dir / CURVES_FILE, f"{ctx.run_name}: reward parts")
+    return save_final(trainer, tokenizer, ctx, base=base, trainer_name="trl-collab-grpo")

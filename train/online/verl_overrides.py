@@ -1,0 +1,63 @@
+"""A `collab_grpo` stage on verl: the Hydra overrides of `verl.trainer.main_ppo` that run the agent loop.
+
+The reflector's GRPO overrides (`memrl.train.verl_overrides`) with three differences: the data is the stage's own
+agent-loop parquet (`verl_data`), rolled out by vLLM in async mode through the `memrl_collab` loop that its
+`agent_name` column selects; the reward comes from the loop (no reward function: `reward_score`, NaN for an
+unfinished episode, which `memrl_grpo` leaves out); and every training sample, with each reward part and its
+episode, is written per step to `rollouts/<step>.jsonl` in the stage folder (`trainer.rollout_data_dir`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memrl.rewards.verl_reward import ADV_MODULE
+from memrl.train.online.config import CollabGRPOStage
+from memrl.train.online.verl_data import EVAL_FILE, TRAIN_FILE
+from memrl.train.verl_metrics import tracking_env
+from memrl.train.verl_overrides import RUNTIME_ENV, Logger, _kv, _trainer_common, policy_overrides
+
+LOOP_MODULE = "memrl.train.online.verl_agent_loop"
+# verl imports each (comma-separated) on `import verl` in every Ray process: the estimator and the agent loop.
+EXTERNAL_MODULES = f"{ADV_MODULE},{LOOP_MODULE}"
+DATA_SUBDIR, ROLLOUTS_SUBDIR = "data", "rollouts"
+
+
+def collab_overrides(
+    stage: CollabGRPOStage,
+    *,
+    model_path: str,
+    out_dir: Path,
+    experiment: str,
+    project: str = "memrl",
+    logger: Logger = "console",
+    lora_adapter_path: str | None = None,
+    resume: bool = True,
+    seed: int = 0,
+) -> list[str]:
+    """Hydra overrides for `python -m verl.trainer.main_ppo` (config `ppo_trainer`); `stage.overrides` come last."""
+    data = out_dir / DATA_SUBDIR
+    out = policy_overrides(
+        stage,
+        model_path=model_path,
+        train_files=data / TRAIN_FILE,
+        val_files=data / EVAL_FILE,
+        # verl's response budget is the whole episode after the prompt: replies and the user's turns.
+        max_response_length=stage.max_episode_tokens,
+        external_modules=EXTERNAL_MODULES,
+        seed=seed,
+        lora_adapter_path=lora_adapter_path,
+    )
+    out += [
+        _kv("actor_rollout_ref.rollout.mode", "async"),  # agent loops run only against the async server
+        _kv("actor_rollout_ref.rollout.multi_turn.enable", True),
+        _kv("trainer.total_training_steps", stage.max_steps),
+        _kv("trainer.total_epochs", stage.max_steps),
+        _kv("trainer.rollout_data_dir", str(out_dir / ROLLOUTS_SUBDIR)),
+        *_trainer_common(stage.checkpoints.save_steps, stage.cluster, out_dir, experiment, project, logger, resume),
+        *(
+            "+" + _kv(f"{RUNTIME_ENV}.{name}", value)
+            for name, value in tracking_env(out_dir, wandb=logger == "wandb").items()
+        ),
+    ]
+    return out + list(stage.overrides)
