@@ -108,3 +108,31 @@ def smollm2_server(smollm2: str, tmp_path_factory: pytest.TempPathFactory) -> It
     log = tmp_path_factory.mktemp("server") / "serve.log"
     with LocalServer("smollm2", port=free_port(), engine="transformers", log=log) as server:
         yield server
+
+
+_CACHE_AT_IMPORT = os.environ.get("MEMRL_CACHE")  # before the model_cache fixture may point it elsewhere
+
+
+def _ready_llamafactory_env() -> Path | None:
+    candidates = [Path(p) for p in [os.environ.get("MEMRL_LLAMAFACTORY_ENV")] if p]
+    if _CACHE_AT_IMPORT:
+        candidates.append(Path(_CACHE_AT_IMPORT) / "envs" / "llamafactory")
+    candidates += [
+        Path(__file__).resolve().parents[1] / ".cache" / "memrl" / "envs" / "llamafactory",
+        Path.home() / ".cache" / "memrl" / "envs" / "llamafactory",
+    ]
+    return next((c for c in candidates if (c / ".memrl-ready").is_file()), None)
+
+
+@pytest.fixture(scope="session")
+def llamafactory_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ready LLaMA-Factory environment: one already built on this machine, else `memrl env llamafactory` builds
+    one for the session (pip from the registries, about 2 minutes), which the tests that need it then share."""
+    ready = _ready_llamafactory_env()
+    if ready is not None:
+        return ready
+    env_dir = tmp_path_factory.mktemp("llamafactory") / "env"
+    argv = [sys.executable, "-m", "memrl", "env", "llamafactory", "--path", str(env_dir)]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return env_dir

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import time
 from pathlib import Path
@@ -209,34 +208,12 @@ def test_a_failing_run_raises_with_its_last_lines(tmp_path: Path) -> None:
 
 # --- a real run, where LLaMA-Factory's environment exists ---------------------------------------------------------
 
-_CACHE_AT_IMPORT = os.environ.get("MEMRL_CACHE")  # read before conftest points MEMRL_CACHE at a temporary folder
-
-
-def _ready_env() -> Path | None:
-    candidates = [Path(p) for p in [os.environ.get("MEMRL_LLAMAFACTORY_ENV")] if p]
-    if _CACHE_AT_IMPORT:
-        candidates.append(Path(_CACHE_AT_IMPORT) / "envs" / "llamafactory")
-    candidates += [
-        Path(__file__).resolve().parents[1] / ".cache" / "memrl" / "envs" / "llamafactory",
-        Path.home() / ".cache" / "memrl" / "envs" / "llamafactory",
-    ]
-    return next((c for c in candidates if (c / ".memrl-ready").is_file()), None)
-
-
-_ENV = _ready_env()
-
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-@pytest.mark.skipif(
-    _ENV is None,
-    reason="no LLaMA-Factory environment: create one with `memrl env llamafactory` "
-    "(looked in $MEMRL_LLAMAFACTORY_ENV, $MEMRL_CACHE/envs, ./.cache/memrl/envs and ~/.cache/memrl/envs)",
-)
-def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path) -> None:
+@pytest.mark.timeout(1200)
+def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path, llamafactory_env: Path) -> None:
     from memrl.train.llamafactory_env import cli_path
 
-    assert _ENV is not None
     sft = stage(
         lora=LoraConfig(rank=4, alpha=8),
         lr=1e-3,
@@ -256,7 +233,9 @@ def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path) -> None:
     path = lf.write_yaml(args, tmp_path / "llamafactory.yaml")
     wandb_env = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
     started = time.monotonic()
-    lf.run_llamafactory(path, cli_path(_ENV), tmp_path / "lf.log", env=lf.launch_env(sft, cpu=True) | wandb_env)
+    lf.run_llamafactory(
+        path, cli_path(llamafactory_env), tmp_path / "lf.log", env=lf.launch_env(sft, cpu=True) | wandb_env
+    )
     print(f"LLaMA-Factory 2-step LoRA SFT on CPU: {time.monotonic() - started:.1f}s")
     out = tmp_path / "out"
     adapter = json.loads((out / "adapter_config.json").read_text())
