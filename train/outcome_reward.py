@@ -14,6 +14,8 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from scipy.stats import spearmanr
+
 from memrl.envs.collab.next_session import NextSessionScorer, build_scorer, load_rows
 from memrl.envs.collab.outcome_trl import outcome_reward_func
 from memrl.rewards.config import OutcomeRewardConfig, RewardConfig
@@ -33,33 +35,14 @@ def grpo_rewards(reward: RewardConfig, data_dir: Path) -> tuple[list[RewardFunc]
     return [*funcs, outcome_reward_func(build_scorer(reward.outcome), rows)], [*weights, reward.outcome.weight]
 
 
-def _ranks(values: Sequence[float]) -> list[float]:
-    """1-based ranks, ties sharing their average rank."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for i in order[start : end + 1]:
-            ranks[i] = (start + end) / 2 + 1
-        start = end + 1
-    return ranks
-
-
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Spearman's rank correlation (Pearson's of the tie-averaged ranks); None with fewer than 3 pairs or a constant
+    """Spearman's rank correlation (ties share their average rank); None with fewer than 3 pairs or a constant
     side."""
     if len(xs) != len(ys):
         raise ValueError(f"{len(xs)} values against {len(ys)}")
-    if len(xs) < 3:
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
         return None
-    rx, ry = _ranks(xs), _ranks(ys)
-    mx, my = fmean(rx), fmean(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    vx, vy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    return round(cov / (vx * vy) ** 0.5, 4) if vx and vy else None
+    return round(float(spearmanr(xs, ys).statistic), 4)
 
 
 def outcome_agreement(
