@@ -10,9 +10,9 @@ import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
 from memrl.rewards.format import UNUSABLE, FormatResult, format_reward
@@ -24,6 +24,8 @@ __all__ = ["JudgeConfig", "LengthPenaltyConfig", "RewardConfig", "RewardScorer",
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Request = TypeVar("Request")
+Result = TypeVar("Result")
 TruthLike = GroundTruth | dict[str, Any] | str
 
 
@@ -55,7 +57,7 @@ class RewardScorer:
         self.scored = 0  # samples scored since the scorer was built
         self.batches = 0  # judge calls (one per scored batch)
         self._lock = threading.Lock()
-        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _MicroBatcher] = (
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SampleBatcher] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -136,8 +138,11 @@ class RewardScorer:
         loop = asyncio.get_running_loop()
         batcher = self._batchers.get(loop)
         if batcher is None:
-            batcher = self._batchers[loop] = _MicroBatcher(self, wait_s, max_batch)
-        return await batcher.submit(completion, truth)
+            batcher = self._batchers[loop] = MicroBatcher(self._ascore_pairs, wait_s, max_batch)
+        return await batcher.submit((completion, truth))
+
+    async def _ascore_pairs(self, pairs: list[tuple[str, TruthLike]]) -> list[RewardParts]:
+        return await self.ascore([c for c, _ in pairs], [t for _, t in pairs])
 
     def stats(self) -> dict[str, int]:
         with self._lock:
@@ -149,21 +154,24 @@ class RewardScorer:
             }
 
 
-class _MicroBatcher:
-    """Collects single-sample requests on one event loop and scores them together."""
+class MicroBatcher(Generic[Request, Result]):
+    """Collects single requests made on one event loop within `wait_s` (at most `max_batch`) and hands them to
+    `score` together: verl calls a reward function once per sample, a batch feeds the judge or the env in one go."""
 
-    def __init__(self, scorer: RewardScorer, wait_s: float, max_batch: int) -> None:
-        self.scorer = scorer
+    def __init__(
+        self, score: Callable[[list[Request]], Awaitable[list[Result]]], wait_s: float, max_batch: int = 256
+    ) -> None:
+        self.score = score
         self.wait_s = wait_s
         self.max_batch = max_batch
-        self.pending: list[tuple[str, TruthLike, asyncio.Future[RewardParts]]] = []
+        self.pending: list[tuple[Request, asyncio.Future[Result]]] = []
         self.timer: asyncio.TimerHandle | None = None
         self.running: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
 
-    async def submit(self, completion: str, truth: TruthLike) -> RewardParts:
+    async def submit(self, request: Request) -> Result:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[RewardParts] = loop.create_future()
-        self.pending.append((completion, truth, future))
+        future: asyncio.Future[Result] = loop.create_future()
+        self.pending.append((request, future))
         if len(self.pending) >= self.max_batch:
             self._flush()
         elif self.timer is None:
@@ -180,14 +188,17 @@ class _MicroBatcher:
             self.running.add(task)
             task.add_done_callback(self.running.discard)
 
-    async def _run(self, batch: list[tuple[str, TruthLike, asyncio.Future[RewardParts]]]) -> None:
+    async def _run(self, batch: list[tuple[Request, asyncio.Future[Result]]]) -> None:
         try:
-            parts = await self.scorer.ascore([c for c, _, _ in batch], [t for _, t, _ in batch])
+            results = await self.score([request for request, _ in batch])
         except Exception as exc:  # hand the error to every waiting caller instead of losing it in a task
-            for _, _, future in batch:
+            for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
             return
-        for (_, _, future), part in zip(batch, parts, strict=True):
+        for (_, future), result in zip(batch, results, strict=True):
             if not future.done():
-                future.set_result(part)
+                future.set_result(result)
+
+
+_SampleBatcher = MicroBatcher[tuple[str, TruthLike], RewardParts]  # (completion, ground truth) -> its parts

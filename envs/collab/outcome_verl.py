@@ -25,13 +25,16 @@ from memrl.core.errors import ConfigError
 from memrl.envs.collab.next_session import NextSessionRow, NextSessionScorer, OutcomeParts, build_scorer, load_rows
 from memrl.rewards.config import OutcomeRewardConfig
 from memrl.rewards.format import extract_notes
-from memrl.rewards.reward import run_sync
+from memrl.rewards.reward import MicroBatcher, run_sync
 from memrl.rewards.verl_reward import compute_score_async as judge_score_async
 from memrl.rewards.verl_reward import reward_config
 
 _LOCK = threading.Lock()
 _SCORERS: dict[str, tuple[NextSessionScorer, dict[str, NextSessionRow]]] = {}
-_BATCHERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batcher] = weakref.WeakKeyDictionary()
+# One batcher per (event loop, scorer): the (notes, row) pairs of concurrent calls are played as one lock-step batch.
+_BATCHERS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, tuple[NextSessionScorer, MicroBatcher[tuple[str, NextSessionRow], OutcomeParts]]
+] = weakref.WeakKeyDictionary()
 
 
 def outcome_scorer(cfg: OutcomeRewardConfig) -> tuple[NextSessionScorer, dict[str, NextSessionRow]]:
@@ -57,39 +60,6 @@ def to_verl(judge: Mapping[str, Any], outcome: OutcomeParts, weight: float) -> d
     }
 
 
-class _Batcher:
-    """Gathers the (notes, row) of concurrent calls on one event loop into one `ascore` (one lock-step batch)."""
-
-    def __init__(self, scorer: NextSessionScorer, wait_s: float = 0.02) -> None:
-        self.scorer = scorer
-        self.wait_s = wait_s
-        self.pending: list[tuple[str, NextSessionRow, asyncio.Future[OutcomeParts]]] = []
-        self.running: set[asyncio.Task[None]] = set()
-
-    async def submit(self, notes: str, row: NextSessionRow) -> OutcomeParts:
-        future: asyncio.Future[OutcomeParts] = asyncio.get_running_loop().create_future()
-        self.pending.append((notes, row, future))
-        if len(self.pending) == 1:
-            asyncio.get_running_loop().call_later(self.wait_s, self._flush)
-        return await future
-
-    def _flush(self) -> None:
-        batch, self.pending = self.pending, []
-        task = asyncio.ensure_future(self._run(batch))
-        self.running.add(task)
-        task.add_done_callback(self.running.discard)
-
-    async def _run(self, batch: list[tuple[str, NextSessionRow, asyncio.Future[OutcomeParts]]]) -> None:
-        try:
-            parts = await self.scorer.ascore([(n, r) for n, r, _ in batch])
-        except Exception as exc:
-            for *_, future in batch:
-                future.set_exception(exc)
-            return
-        for (*_, future), part in zip(batch, parts, strict=True):
-            future.set_result(part)
-
-
 async def compute_score_async(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
 ) -> dict[str, float | None]:
@@ -102,12 +72,13 @@ async def compute_score_async(
         raise ConfigError(f"outcome reward: extra_info.key {row_key!r} is not a row of {cfg.data}")
     loop = asyncio.get_running_loop()
     with _LOCK:
-        batcher = _BATCHERS.get(loop)
-        if batcher is None or batcher.scorer is not scorer:
-            batcher = _BATCHERS[loop] = _Batcher(scorer)
+        held = _BATCHERS.get(loop)
+        if held is None or held[0] is not scorer:
+            held = _BATCHERS[loop] = (scorer, MicroBatcher(scorer.ascore, wait_s=0.02))
+        batcher = held[1]
     judge, outcome = await asyncio.gather(
         judge_score_async(data_source, solution_str, ground_truth, extra_info, **kwargs),
-        batcher.submit(extract_notes(solution_str) or "", rows[row_key]),
+        batcher.submit((extract_notes(solution_str) or "", rows[row_key])),
     )
     return to_verl(judge, outcome, cfg.weight)
 

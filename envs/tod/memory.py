@@ -235,7 +235,7 @@ def memory_coverage(individuals: Iterable[Individual], banks: Mapping[int, Memor
                 continue
             goal = session.confirmation_state.slot_values
             said = " \n ".join(t.utterance for t in session.context())
-            earlier = [u for u in banks[ind.persona_id].before(session.session_id)]
+            earlier = banks[ind.persona_id].before(session.session_id)
             stored = [p for u in earlier if u.reference_dialogue_id == session.reference_dialogue_id for p in u.qa]
             for slot, value in goal.items():
                 facts += 1
