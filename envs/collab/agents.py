@@ -32,6 +32,15 @@ def _is_text(value: object) -> bool:
     return isinstance(value, str | list | dict)
 
 
+def read_agent_reply(raw: str) -> tuple[str, bool]:
+    """(what the user reads, whether the agent's JSON was unusable): its `response`, else the raw text, counted (a
+    run never stops on one bad reply)."""
+    parsed = parse_json_object(raw, required=AGENT_KEYS[-1:])
+    value = None if isinstance(parsed, JSONParseFailure) else parsed.data["response"]
+    response = field_text(value).strip() if _is_text(value) else ""
+    return (response, False) if response else (raw.strip(), True)
+
+
 class AgentKind(StrEnum):
     NONE = "none"
     ORACLE = "oracle"
@@ -138,14 +147,8 @@ class CollabAgent:
             retrieved, retrieval_failed = await self._retrieve(memory.notes, turns)
             text = f"{memory.notes}\n\nMost relevant right now:\n{retrieved}"
         messages = agent_messages(section, text, turns, self.sampling.max_tokens)
-        raw = (await self.backend.achat(messages, self.sampling)).text
-        parsed = parse_json_object(raw, required=AGENT_KEYS[-1:])
-        value = None if isinstance(parsed, JSONParseFailure) else parsed.data["response"]
-        response = field_text(value).strip() if _is_text(value) else ""
-        if not response:
-            # Counted, and the raw text is what the user reads: a run never stops on one bad reply.
-            return AgentReply(raw.strip(), True, retrieved, retrieval_failed)
-        return AgentReply(response, False, retrieved, retrieval_failed)
+        text, parse_failed = read_agent_reply((await self.backend.achat(messages, self.sampling)).text)
+        return AgentReply(text, parse_failed, retrieved, retrieval_failed)
 
     async def end_session(self, memory: AgentMemory, turns: Sequence[Message]) -> tuple[AgentMemory, Reflection | None]:
         """The memory for the next session with this user."""

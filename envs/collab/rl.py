@@ -12,17 +12,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
 from memrl.core.preferences import as_prompt_text, get_preference
 from memrl.core.schema import StrictModel
+from memrl.envs.collab.agents import read_agent_reply
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile
-from memrl.envs.collab.prompts import AGENT_KEYS, agent_messages
+from memrl.envs.collab.prompts import agent_messages
 from memrl.envs.collab.runner import assign_problems, select_problems, select_profiles
 from memrl.envs.collab.session import CollabEpisode, SessionSpec, session_key
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
@@ -31,7 +32,6 @@ from memrl.envs.online import OnlineEpisode
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig, SamplingConfig
-from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
 
 
 class CollabRLConfig(StrictModel):
@@ -94,10 +94,8 @@ def episode_rows(cfg: CollabRLConfig) -> list[str]:
 
 def read_reply(raw: str) -> PolicyReply:
     """The agent's JSON -> the message the user reads (as `CollabAgent.reply` reads it)."""
-    parsed = parse_json_object(raw, required=AGENT_KEYS[-1:])
-    value: Any = None if isinstance(parsed, JSONParseFailure) else parsed.data["response"]
-    text = field_text(value).strip() if isinstance(value, str | list | dict) else ""
-    return (text, {"parse_failed": False}) if text else (raw.strip(), {"parse_failed": True})
+    text, parse_failed = read_agent_reply(raw)
+    return text, {"parse_failed": parse_failed}
 
 
 class CollabEpisodes:
