@@ -18,6 +18,7 @@ the resulting memory holds.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,7 +162,11 @@ class TextExtractor:
             yield from (Mention(i, m.start(), m.group(0)) for m in _TIME.finditer(text))
             return
         known = self.lexicon.get((family(service), slot.name), ())
-        hits = [Mention(i, at, v) for v in known if (at := _whole_word(text, v)) is not None]
+        hits = []
+        if known:
+            pattern, canonical = _lexicon_pattern(tuple(known))
+            found = ((m.start(), m.group(0)) for m in pattern.finditer(text))
+            hits = [Mention(i, at, canonical.get(said.casefold(), said)) for at, said in found]
         if hits:
             yield from hits
             return
@@ -189,6 +194,15 @@ class TextExtractor:
         for m in pattern.finditer(text):
             if m.group(1).split()[0] not in _NOT_NAMES:
                 yield m
+
+
+@functools.lru_cache(maxsize=256)
+def _lexicon_pattern(values: tuple[str, ...]) -> tuple[re.Pattern[str], dict[str, str]]:
+    """One alternation over a slot's known values (longest first, whole words, any case), compiled once: a full SGD
+    lexicon has thousands of values per slot, searched in every user turn."""
+    ordered = sorted({v.strip() for v in values if v.strip()}, key=len, reverse=True)
+    pattern = re.compile(rf"(?<!\w)(?:{'|'.join(map(re.escape, ordered))})(?!\w)", re.IGNORECASE)
+    return pattern, {v.casefold(): v for v in reversed(ordered)}
 
 
 def _whole_word(text: str, value: str) -> int | None:
