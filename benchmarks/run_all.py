@@ -118,16 +118,36 @@ def _pahf_rows(r: dict[str, Any]) -> list[Row]:
 
 
 def _rollout_rows(r: dict[str, Any]) -> list[Row]:
-    return [
+    same = f"the same {r['episodes']} collab episodes (scripted zero-latency policy, rule user, {r['max_turns']} turns)"
+    rows = [
         (
             "online-RL rollout path (train/online Player)",
-            f"episodes/s, Player / bare `play` loop over the same {r['episodes']} collab episodes (scripted "
-            f"zero-latency policy, rule user, {r['max_turns']} turns)",
+            f"episodes/s, Player / bare `play` loop over {same}",
             f"{r['rollout_over_bare']:.2f}",
             f"{r['rollout_episodes_per_second']:.0f} vs {r['bare_episodes_per_second']:.0f} episodes/s, batches of "
             f"{r['batch']}; target >= 0.8",
-        )
+        ),
+        (
+            f"online-RL rollout path, users on {r['workers']} Ray actors",
+            f"episodes/s, Player with `env.workers` / bare in-process `play` loop over {same}",
+            f"{r['actors_over_bare']:.2f}",
+            f"{r['actor_episodes_per_second']:.0f} vs {r['bare_episodes_per_second']:.0f} episodes/s",
+        ),
     ]
+    fixed = r["fixed_latency_policy"]
+    for where, users in (("in_process", "users in-process"), ("actors", f"users on {r['workers']} Ray actors")):
+        f = fixed[where]
+        rows.append(
+            (
+                f"online-RL rollout, fixed-latency policy endpoint ({users})",
+                f"efficiency: ideal time (rounds x {fixed['latency_s'] * 1000:.0f} ms) / measured time, "
+                f"{f['in_flight']} requests in flight per round",
+                f"{f['efficiency']:.2f}",
+                f"{f['calls']} calls in {f['seconds']:.2f} s; {f['per_round_beyond_latency_ms']:.0f} ms per round "
+                f"beyond the latency; the bare OpenAI client alone reaches {f['client_only_efficiency']:.2f}",
+            )
+        )
+    return rows
 
 
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {

@@ -72,8 +72,7 @@ class OutcomeRewardConfig(StrictModel):
     )
     data: str | None = Field(
         default=None,
-        description="reflection_data folder whose train/eval.jsonl name each row's user; default: the "
-        "stage's data (TRL); required for verl",
+        description="reflection_data folder whose train/eval.jsonl name each row's user; default: the stage's data",
     )
     cache_size: NonNegativeInt = Field(default=65536, description="sessions kept in memory by (notes, row); 0: off")
     workers: PositiveInt | None = Field(default=None, description="play the sessions on this many Ray actors")

@@ -7,7 +7,8 @@
 verl merges `reward_kwargs` into every call. Either `reward_config` (a RewardConfig as a mapping or a JSON string:
 what `memrl` launchers pass) or shorthand keys: `judge` (a kind, or a full JudgeConfig mapping), `model`,
 `endpoint`, `api_key`, `cache_dir`, `retries`, `coverage_weight`, `format_weight`, `length_penalty`
-(a LengthPenaltyConfig mapping), `max_concurrency` (judge requests in flight, with `endpoint`). An OpenAI-compatible
+(a LengthPenaltyConfig mapping), `outcome` (an OutcomeRewardConfig mapping, read by memrl.envs.collab.outcome_verl),
+`max_concurrency` (judge requests in flight, with `endpoint`). An OpenAI-compatible
 judge without a key reads
 MEMRL_JUDGE_API_KEY. With `judge=llm` and no endpoint, a reward model that verl's reward loop serves is used
 through its router (`reward_router_address`), under `model` or the reward model's path. One RewardScorer is built
@@ -40,11 +41,13 @@ from memrl.rollout.config import OpenAIModelConfig
 
 _SCORERS: dict[str, RewardScorer] = {}
 _LOCK = threading.Lock()
-_REWARD_KEYS = ("coverage_weight", "format_weight", "length_penalty")
+_REWARD_KEYS = ("coverage_weight", "format_weight", "length_penalty", "outcome")
 _JUDGE_KEYS = ("cache_dir", "retries")
 _VERL_KEYS = ("reward_router_address", "reward_model_tokenizer")  # never part of the config
 _SHORTHAND_KEYS = ("judge", "model", "endpoint", "api_key", "max_concurrency", *_VERL_KEYS)
 JUDGE_KEY_ENV = "MEMRL_JUDGE_API_KEY"
+# The outcome reward's models (memrl.envs.collab.outcome_verl) get their keys the same way, one variable each.
+OUTCOME_KEY_ENVS = {"agent": "MEMRL_OUTCOME_AGENT_API_KEY", "judge": "MEMRL_OUTCOME_JUDGE_API_KEY"}
 # The advantage estimator that leaves NaN-scored (judge failed) samples out, and the module that registers it.
 ADV_ESTIMATOR = "memrl_grpo"
 ADV_MODULE = "memrl.rewards.verl_advantage"
@@ -87,14 +90,23 @@ def _from_shorthand(kw: dict[str, Any]) -> RewardConfig:
     return RewardConfig.model_validate({"judge": judge_cfg, **{k: kw[k] for k in _REWARD_KEYS if k in kw}})
 
 
-def _with_env_key(cfg: RewardConfig) -> RewardConfig:
-    """Launchers keep the judge's API key off the command line and hand it over in MEMRL_JUDGE_API_KEY."""
-    model = cfg.judge.model
-    key = os.environ.get(JUDGE_KEY_ENV)
+def _keyed(model: Any, env: str) -> Any:
+    """`model` with the API key from the variable `env`, where it is an endpoint without a key of its own."""
+    key = os.environ.get(env)
     if not isinstance(model, OpenAIModelConfig) or model.api_key is not None or not key:
-        return cfg
-    judge = cfg.judge.model_copy(update={"model": model.model_copy(update={"api_key": SecretStr(key)})})
-    return cfg.model_copy(update={"judge": judge})
+        return model
+    return model.model_copy(update={"api_key": SecretStr(key)})
+
+
+def _with_env_key(cfg: RewardConfig) -> RewardConfig:
+    """Launchers keep API keys off the command line: the judge's comes in MEMRL_JUDGE_API_KEY, the outcome reward's
+    agent and judge in OUTCOME_KEY_ENVS."""
+    judge = cfg.judge.model_copy(update={"model": _keyed(cfg.judge.model, JUDGE_KEY_ENV)})
+    cfg = cfg.model_copy(update={"judge": judge})
+    if cfg.outcome is not None:
+        keyed = {role: _keyed(getattr(cfg.outcome, role), env) for role, env in OUTCOME_KEY_ENVS.items()}
+        cfg = cfg.model_copy(update={"outcome": cfg.outcome.model_copy(update=keyed)})
+    return cfg
 
 
 def reward_config(kwargs: Mapping[str, Any]) -> RewardConfig:

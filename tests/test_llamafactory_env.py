@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_dry_run_lists_the_steps(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = memrl_cli("env", "llamafactory", "--path", tmp_path / "lf", "--dry-run", check=True).stdout
-    assert f"venv {tmp_path / 'lf'}" in out
+    assert f"venv --quiet --clear --seed --python {sys.executable} {tmp_path / 'lf'}" in out
     assert "llamafactory==0.9.5" in out and "torch==" in out
     assert not (tmp_path / "lf").exists()
 

@@ -220,8 +220,35 @@ def test_verl_adapter_returns_score_and_parts(tmp_path: Path, tiny_qwen2: str) -
     assert [type(o["score"]) for o in asyncio.run(both())] == [float, float]
 
 
-def test_a_verl_stage_refuses_the_outcome_reward_in_one_line(memrl_cli: Any) -> None:
-    run = memrl_cli("recipes", "show", "reflector-qwen2.5-7b", "stages.grpo.reward.outcome.weight=0.5")
-    lines = run.stderr.strip().splitlines()
-    assert run.returncode == 2 and len(lines) == 1, run.stderr
-    assert "reward.outcome" in lines[0] and "trainer: trl" in lines[0]
+def test_a_verl_stage_scores_with_the_outcome_reward_its_overrides_name(tmp_path: Path, tiny_qwen2: str) -> None:
+    """verl's own config, composed from the stage's overrides, names the outcome adapter; the reward kwargs it holds
+    (API keys left out, the stage's data folder filled in) score a verl row, keys back from the job's environment."""
+    from memrl.train import verl_launch
+    from memrl.train.config import GRPOStage
+    from memrl.train.verl_command import secret_env
+
+    data = _dataset(tmp_path, ROWS[:2])
+    agent = {"backend": "openai", "model": "m", "endpoint": "http://127.0.0.1:9/v1", "api_key": "sk-outcome-secret"}
+    outcome = OutcomeRewardConfig(weight=0.5, agent=agent, sampling={"max_tokens": 8})
+    stage = GRPOStage(kind="grpo", trainer="verl", model="policy", data="data", reward=RewardConfig(outcome=outcome))
+    overrides = verl_launch.grpo_overrides(stage, model_path="m", data_dir=data, out_dir=tmp_path / "o", experiment="x")
+    assert "sk-outcome-secret" not in " ".join(overrides)
+    assert secret_env(stage) == {"MEMRL_OUTCOME_AGENT_API_KEY": "sk-outcome-secret"}
+    verl_launch.validate_overrides(verl_launch.PPO_CONFIG, overrides)  # verl's own config accepts them
+    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, overrides)
+    function = cfg.reward.custom_reward_function
+    assert function.path.endswith("collab/outcome_verl.py") and function.name == "compute_score_async"
+    kwargs = dict(function.reward_kwargs)
+    assert kwargs["outcome"]["data"] == str(data) and kwargs["outcome"]["agent"]["api_key"] is None
+
+    # What verl calls, on a verl row of the reflection data; the agent swapped for a local tiny model.
+    from memrl.envs.collab.outcome_verl import compute_score
+    from memrl.rewards.verl_reward import reward_config
+
+    kwargs["outcome"] = dict(kwargs["outcome"]) | {"agent": {"backend": "hf", "model": tiny_qwen2}}
+    assert reward_config(kwargs).outcome is not None
+    truth = {"enforcements": ["Hold on. Be blunt."], "gold_notes": "", "expected": []}
+    notes = reflection(compose_notes(ROWS[0].preferences))
+    out = compute_score("memrl/collab_reflection", notes, truth, {"key": ROWS[0].key}, **kwargs)  # verl_rl_rows' key
+    assert out["outcome_failed"] == 0.0
+    assert out["score"] == pytest.approx(out["coverage"] + out["format"] + 0.5 * out["outcome"])

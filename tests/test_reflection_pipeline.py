@@ -109,7 +109,7 @@ def test_online_check_compares_collab_runs_with_each_reflector(
     result = memrl_cli(
         "eval", "reflector", "--model", str(smoke_run / "export"), "--data", str(smoke_run / "data"),
         "--out", str(out), "--max-samples", "1", "--max-tokens", "8",
-        "--online-users", "1", "--online-sessions", "2", "--agent-model", "tiny-qwen2",
+        "--online-users", "1", "--online-sessions", "2", "--online-max-turns", "2", "--agent-model", "tiny-qwen2",
         cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
@@ -117,7 +117,8 @@ def test_online_check_compares_collab_runs_with_each_reflector(
     assert list(online) == ["baseline", "reflector"]  # the baseline defaults to the export's base model
     for label in online:
         assert online[label]["sessions"] == 2
-        assert (out / "online" / label / "sessions.jsonl").is_file()
+        sessions = [json.loads(line) for line in (out / "online" / label / "sessions.jsonl").read_text().splitlines()]
+        assert all(len([t for t in s["turns"] if t["role"] == "assistant"]) <= 2 for s in sessions)
     deltas = online["reflector"]["deltas_vs_baseline"]
     assert [d["session"] for d in deltas] == [0, 1]
 

@@ -1,14 +1,14 @@
-"""Write constraints/gpu.txt: the exact set `pip install ".[gpu]"` resolves to on a linux x86_64 CUDA machine.
+"""Write constraints/gpu.txt: the exact set `.[gpu]` resolves to on a linux x86_64 CUDA machine.
 
-pip resolves without installing (`--dry-run --report`) against the package index, for the running CPython on this
-platform; PyPI's linux x86_64 torch wheels are the CUDA builds. This machine's pip configuration and the
-PIP_CONSTRAINT / PIP_FIND_LINKS variables are set aside: a CPU constraints file or a folder of CPU wheels would
-steer torch. Usage: `python tools/lock_gpu.py` (a few minutes; needs the index).
+uv resolves it without installing anything (`uv pip compile`, a few seconds where pip's `--dry-run --report` took
+minutes) for CPython of this interpreter's minor version on manylinux x86_64, whatever machine runs it; PyPI's
+linux x86_64 torch wheels are the CUDA builds. Machine-local settings are set aside (uv's config files, and the
+UV_/PIP_ variables that point at local wheels, indexes or constraints): a CPU constraints file or a folder of CPU
+wheels would steer torch. Usage: `python tools/lock_gpu.py` (needs the index).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -20,24 +20,26 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_TXT = ROOT / "constraints" / "gpu.txt"
-TARGET = ".[gpu]"
-# Variables that point pip at local wheels or constraints; the index URL, certificates and proxies stay.
-_LOCAL_PIP = ("PIP_CONSTRAINT", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX")
+# Variables that point a resolver at local wheels, indexes or constraints; certificates and proxies stay.
+_LOCAL = ("PIP_CONSTRAINT", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_INDEX_URL")
+PLATFORM = "x86_64-manylinux_2_28"
 
 
-def resolve(target: str = TARGET, constraints: Path | None = None) -> dict[str, str]:
-    """What pip would install for `target` (from ROOT), name -> version, memrl itself left out."""
-    env = {k: v for k, v in os.environ.items() if k not in _LOCAL_PIP}
-    env["PIP_CONFIG_FILE"] = os.devnull  # no config file at all: no machine-local index, wheels or constraints
+def resolve(extra: str = "gpu", constraints: Path | None = None) -> dict[str, str]:
+    """What `.[extra]` (pyproject at ROOT) resolves to on linux x86_64, name -> version, memrl itself left out."""
+    from uv import find_uv_bin
+
+    env = {k: v for k, v in os.environ.items() if k not in _LOCAL and not k.startswith("UV_")}
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
     with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
-        argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
-        argv += ["--report", str(report), *(["-c", str(constraints)] if constraints else []), target]
+        out = Path(tmp) / "resolved.txt"
+        argv = [find_uv_bin(), "pip", "compile", "--no-config", "--quiet", "--no-header", "--no-annotate"]
+        argv += ["--python-platform", PLATFORM, "--python-version", python, "--extra", extra, "-o", str(out)]
+        argv += [*(["-c", str(constraints)] if constraints else []), "pyproject.toml"]
         done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"pip could not resolve {target}:\n{done.stderr[-3000:]}")
-        installs = json.loads(report.read_text())["install"]
-    pins = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
+            raise RuntimeError(f"uv could not resolve .[{extra}]:\n{done.stderr[-3000:]}")
+        pins = read_pins(out)
     pins.pop("memrl", None)
     return dict(sorted(pins.items()))
 
@@ -49,14 +51,14 @@ def read_pins(path: Path = GPU_TXT) -> dict[str, str]:
         line = raw.split("#", 1)[0].strip()
         if line:
             name, _, version = line.partition("==")
-            pins[canonicalize_name(name)] = version.strip()
+            pins[canonicalize_name(name.split("[")[0])] = version.split(";")[0].strip()
     return pins
 
 
 def main() -> None:
     pins = resolve()
     header = [
-        f'# Exact versions `pip install "{TARGET}"` resolves to on linux x86_64 (CUDA wheels from PyPI),',
+        '# Exact versions `pip install ".[gpu]"` resolves to on linux x86_64 (CUDA wheels from PyPI),',
         f"# CPython {platform.python_version_tuple()[0]}.{platform.python_version_tuple()[1]}. "
         "Written by tools/lock_gpu.py; tests/test_packaging.py checks it resolves and agrees with pyproject.",
     ]

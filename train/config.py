@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from memrl.core.schema import StrictModel
 from memrl.rewards.config import RewardConfig
@@ -88,13 +88,6 @@ class GRPOStage(StrictModel):
     checkpoints: LoggingTarget = LoggingTarget()
     cluster: ClusterConfig = ClusterConfig()
     overrides: list[str] = Field(default_factory=list, description="extra trainer overrides, passed through")
-
-    @model_validator(mode="after")
-    def _outcome_on_trl(self) -> GRPOStage:
-        # verl's launcher wires only the judge reward; refuse rather than train without the asked-for outcome part.
-        if self.trainer == "verl" and self.reward.outcome is not None:
-            raise ValueError("reward.outcome (the next-session outcome reward) runs with trainer: trl only for now")
-        return self
 
 
 class JudgerStage(StrictModel):

@@ -5,8 +5,9 @@ GRPO runs `verl.trainer.main_ppo`; SFT runs `verl.trainer.sft_trainer` under tor
 `verl.trainer.sft_trainer_ray` on a Ray cluster. With `cluster.ray_address` set the stage is a Ray job; memrl and
 verl must then be installed on every node, and the data, model and output paths must be visible there. Its argv is
 the `ray job submit` a shell would run (for --dry-run and the log), whose runtime environment names WANDB_*, HF_* and
-MEMRL_JUDGE_API_KEY variables as `${NAME}` references; `run_verl` submits that job through Ray's Python client
-instead of running the `ray` CLI, filling the references in memory, so no secret is ever on a command line.
+the API-key variables (MEMRL_JUDGE_API_KEY, MEMRL_OUTCOME_*_API_KEY) as `${NAME}` references; `run_verl` submits
+that job through Ray's Python client instead of running the `ray` CLI, filling the references in memory, so no
+secret is ever on a command line.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Literal
 
 from memrl.core.envrefs import substitute
 from memrl.core.errors import ConfigError
+from memrl.rewards.verl_reward import JUDGE_KEY_ENV, OUTCOME_KEY_ENVS
 from memrl.train import launch, ray_jobs
 from memrl.train.config import ClusterConfig, GRPOStage
 from memrl.train.online.verl_data import USER_KEY_ENV
@@ -28,18 +30,20 @@ from memrl.train.online.verl_data import USER_KEY_ENV
 PPO_ENTRY = "verl.trainer.main_ppo"
 SFT_ENTRY = "verl.trainer.sft_trainer"
 SFT_RAY_ENTRY = "verl.trainer.sft_trainer_ray"
-JUDGE_KEY_ENV = "MEMRL_JUDGE_API_KEY"
 # VERL_FILE_LOGGER_: the metrics file; USER_KEY_ENV: the LLM user's key of a collab_grpo stage on verl.
-ENV_PASSTHROUGH = ("WANDB_", "HF_", "VERL_FILE_LOGGER_", JUDGE_KEY_ENV, USER_KEY_ENV)
+ENV_PASSTHROUGH = ("WANDB_", "HF_", "VERL_FILE_LOGGER_", JUDGE_KEY_ENV, *OUTCOME_KEY_ENVS.values(), USER_KEY_ENV)
 RUNTIME_ENV_FLAG = "--runtime-env-json"
 RAY_SUBMIT = ["ray", "job", "submit"]
 
 
 def secret_env(stage: GRPOStage) -> dict[str, str]:
-    """Environment entries the job needs and the command must not show: the LLM judge's API key."""
-    model = stage.reward.judge.model
-    key = getattr(model, "api_key", None)
-    return {JUDGE_KEY_ENV: key.get_secret_value()} if key is not None else {}
+    """Environment entries the job needs and the command must not show: the API keys of the LLM judge and of the
+    outcome reward's agent and judge."""
+    models = [(JUDGE_KEY_ENV, stage.reward.judge.model)]
+    if stage.reward.outcome is not None:
+        models += [(env, getattr(stage.reward.outcome, role)) for role, env in OUTCOME_KEY_ENVS.items()]
+    keys = {env: getattr(model, "api_key", None) for env, model in models}
+    return {env: key.get_secret_value() for env, key in keys.items() if key is not None}
 
 
 def verl_command(

@@ -21,6 +21,7 @@ from memrl.train.verl_metrics import tracking_env
 Logger = Literal["wandb", "console"]
 
 REWARD_MODULE = "memrl.rewards.verl_reward"
+OUTCOME_REWARD_MODULE = "memrl.envs.collab.outcome_verl"  # the judge reward plus the next-session outcome
 # The async variant: verl's reward loop awaits it, and concurrent samples share one judge batch.
 REWARD_FUNCTION = "compute_score_async"
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs"
@@ -87,21 +88,26 @@ def _loggers(logger: Logger) -> list[str]:
     return ["console", "file", "wandb"] if logger == "wandb" else ["console", "file"]
 
 
-def reward_path(remote: bool) -> str:
+def reward_module(stage: GRPOStage) -> str:
+    return REWARD_MODULE if stage.reward.outcome is None else OUTCOME_REWARD_MODULE
+
+
+def reward_path(remote: bool, module: str = REWARD_MODULE) -> str:
     """Where verl loads compute_score from: this install's file locally, the importable module on a cluster."""
     if remote:
-        return f"pkg://{REWARD_MODULE}"
-    spec = importlib.util.find_spec(REWARD_MODULE)
+        return f"pkg://{module}"
+    spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        raise ConfigError(f"{REWARD_MODULE} is not importable: the verl reward adapter is missing from this install")
+        raise ConfigError(f"{module} is not importable: the verl reward adapter is missing from this install")
     return str(Path(spec.origin).resolve())
 
 
-def reward_kwargs(stage: GRPOStage) -> dict[str, Any]:
+def reward_kwargs(stage: GRPOStage, data_dir: Path | None = None) -> dict[str, Any]:
     """What verl passes to every reward call (`reward_kwargs`, read by memrl.rewards.verl_reward): the judge as a
     full JudgeConfig mapping (or, for a judge verl hosts, `judge: llm` with no endpoint: the reward function then asks
-    verl's reward router), the weights and the length penalty. Never a secret: the judge's API key is left out (it
-    would land in the command and verl's logs); `verl_command.secret_env` hands it to the job as MEMRL_JUDGE_API_KEY.
+    verl's reward router), the weights, the length penalty and the outcome reward (its `data` defaulting to the
+    stage's `data_dir`). Never a secret: API keys are left out (they would land in the command and verl's logs);
+    `verl_command.secret_env` hands them to the job in the environment.
     """
     reward = stage.reward
     if reward.plain_text_notes:
@@ -110,17 +116,27 @@ def reward_kwargs(stage: GRPOStage) -> dict[str, Any]:
     out |= {"coverage_weight": reward.coverage_weight, "format_weight": reward.format_weight}
     if reward.length_penalty is not None:
         out["length_penalty"] = reward.length_penalty.model_dump(mode="json")
+    if reward.outcome is not None:
+        outcome = reward.outcome.model_dump(mode="json")
+        if outcome["data"] is None and data_dir is not None:
+            outcome["data"] = str(data_dir)
+        out["outcome"] = _keyless(outcome, "agent", "judge")
     if "${" in json.dumps(out):
         # verl resolves its config twice; an escaped `${` becomes a live interpolation the second time.
         raise ConfigError("the reward config holds `${`, which verl would read as an interpolation")
     return out
 
 
+def _keyless(mapping: dict[str, Any], *roles: str) -> dict[str, Any]:
+    """`mapping` with the API key of each role's model (an endpoint) set to None."""
+    for role in roles:
+        if isinstance(mapping.get(role), dict) and "api_key" in mapping[role]:
+            mapping[role]["api_key"] = None
+    return mapping
+
+
 def _judge_mapping(judge: JudgeConfig) -> dict[str, Any]:
-    out = judge.model_dump(mode="json")
-    if isinstance(out.get("model"), dict) and "api_key" in out["model"]:
-        out["model"]["api_key"] = None
-    return out
+    return _keyless(judge.model_dump(mode="json"), "model")
 
 
 # --- a judge verl hosts -------------------------------------------------------------------------------------------
@@ -298,9 +314,9 @@ def grpo_overrides(
         assert isinstance(stage.reward.judge.model, VLLMModelConfig)
         out += _hosted_judge(stage.reward.judge.model, stage.cluster)
     out += [
-        _kv("reward.custom_reward_function.path", reward_path(remote)),
+        _kv("reward.custom_reward_function.path", reward_path(remote, reward_module(stage))),
         _kv("reward.custom_reward_function.name", REWARD_FUNCTION),
-        *("+" + _kv(f"{REWARD_KWARGS}.{key}", value) for key, value in reward_kwargs(stage).items()),
+        *("+" + _kv(f"{REWARD_KWARGS}.{key}", value) for key, value in reward_kwargs(stage, data_dir).items()),
         _kv("trainer.total_training_steps", stage.max_steps),
         # Every epoch has at least one step, so this many epochs never stops the run before max_steps.
         _kv("trainer.total_epochs", stage.max_steps),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +29,8 @@ from memrl.envs.collab.runner import assign_problems, select_problems, select_pr
 from memrl.envs.collab.session import CollabEpisode, SessionSpec, session_key
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
 from memrl.envs.episode import PolicyReply
-from memrl.envs.online import OnlineEpisode
+from memrl.envs.episode_actors import ActorEpisodes
+from memrl.envs.online import OnlineEpisode, PolicyView
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig, SamplingConfig
@@ -50,6 +52,10 @@ class CollabRLConfig(StrictModel):
     user_model: ModelConfig | None = Field(default=None, description="the LLM user's model (simulator: llm)")
     user_sampling: SamplingConfig = SamplingConfig(temperature=1.0, max_tokens=256, seed=0)
     seed: int = Field(default=0, description="seed of users, problems and the rule user")
+    workers: PositiveInt | None = Field(
+        default=None, description="step the episodes' users on this many Ray actors; null: in-process"
+    )
+    ray_address: str | None = Field(default=None, description="Ray cluster of the actors; default: a local Ray")
 
     @model_validator(mode="after")
     def _user_model_for_llm(self) -> CollabRLConfig:
@@ -98,6 +104,13 @@ def read_reply(raw: str) -> PolicyReply:
     return text, {"parse_failed": parse_failed}
 
 
+def policy_view(spec: str, reply_tokens: int) -> PolicyView:
+    """How the policy sees a row's session: the agent's system prompt (the agent kinds `none` and `oracle` name
+    their prompt sections too) and how its JSON is read. No user simulator is needed for it."""
+    row = json.loads(spec)
+    return PolicyView(agent_messages(row["agent"], row["notes"], [], reply_tokens), read_reply)
+
+
 class CollabEpisodes:
     """An `EpisodeSource`: a fresh `CollabEpisode` (with its own user session) for every rollout of a row."""
 
@@ -115,15 +128,16 @@ class CollabEpisodes:
         self.reply_tokens = reply_tokens  # the budget the agent prompt states
         self._backends = list(backends)  # what `close` releases: the LLM user's model
 
-    def __call__(self, spec: str) -> OnlineEpisode:
+    def episode(self, spec: str) -> CollabEpisode:
         row = json.loads(spec)
         session = SessionSpec(
             UserProfile.from_record(row["profile"]), Problem.from_record(row["problem"]), int(row["session"])
         )
-        episode = CollabEpisode(session, self.simulator, self.grader, self.max_turns)
-        # The agent kinds `none` and `oracle` name their prompt sections too.
-        context = agent_messages(row["agent"], row["notes"], [], self.reply_tokens)
-        return OnlineEpisode(episode, context, read_reply)
+        return CollabEpisode(session, self.simulator, self.grader, self.max_turns)
+
+    def __call__(self, spec: str) -> OnlineEpisode:
+        view = policy_view(spec, self.reply_tokens)
+        return OnlineEpisode(self.episode(spec), view.context, view.read_reply)
 
     def close(self) -> None:
         for backend in self._backends:
@@ -131,10 +145,20 @@ class CollabEpisodes:
 
 
 def collab_episodes(cfg: CollabRLConfig, reply_tokens: int) -> CollabEpisodes:
-    """The source for `cfg`'s users; arith, maths and choice tasks are graded by rule, so no judge model is needed."""
+    """The in-process source for `cfg`'s users (whatever `workers` says); arith, maths and choice tasks are graded
+    by rule, so no judge model is needed."""
     grader = Grader()
     if cfg.user_model is None or cfg.simulator == "rule":
         return CollabEpisodes(RuleUserSimulator(grader, seed=cfg.seed), grader, cfg.max_turns, reply_tokens)
     backend = build_backend(cfg.user_model)
     simulator = LLMUserSimulator(backend, cfg.user_sampling.params())
     return CollabEpisodes(simulator, grader, cfg.max_turns, reply_tokens, [backend])
+
+
+def episode_source(cfg: CollabRLConfig, reply_tokens: int) -> CollabEpisodes | ActorEpisodes:
+    """The episodes of `cfg`: in-process, or on `cfg.workers` Ray actors (each with its own user simulator; the
+    config travels pickled, an LLM user's key with it, never on a command line)."""
+    if cfg.workers is None:
+        return collab_episodes(cfg, reply_tokens)
+    view = partial(policy_view, reply_tokens=reply_tokens)
+    return ActorEpisodes(view, collab_episodes, (cfg, reply_tokens), cfg.workers, cfg.ray_address)

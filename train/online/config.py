@@ -53,3 +53,12 @@ class CollabGRPOStage(StrictModel):
         if self.max_episode_tokens <= self.max_turn_tokens:
             raise ValueError("max_episode_tokens must exceed max_turn_tokens: no reply would fit")
         return self
+
+    @model_validator(mode="after")
+    def _actors_for_trl(self) -> CollabGRPOStage:
+        if self.trainer == "verl" and self.env.workers is not None:
+            raise ValueError(
+                "env.workers is for trainer trl: verl already runs each episode inside its own AgentLoopWorker Ray "
+                "actors; remove env.workers"
+            )
+        return self

@@ -1,7 +1,8 @@
 """Play a batch of episodes with the policy as one token sequence each: what a multi-turn GRPO rollout returns.
 
 Every agent turn of the batch is generated in one call (`Generate`, the trainer's own generation); the
-environments then take their steps concurrently on one event loop (an LLM user's requests go out together). Each
+environments then take their steps concurrently on one event loop (an LLM user's requests go out together; with
+episodes on Ray actors, `envs/episode_actors.py`, the round is one call per actor). Each
 trajectory is `prompt_ids` (the policy's context and the environment's first observation) and `completion_ids`
 (the policy's replies and the environment's turns in between) with `env_mask`: 1 on the tokens the policy sampled,
 0 on everything the environment or the template wrote. It stops when the episode is done, when the next reply could

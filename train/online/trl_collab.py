@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from memrl.core.checkpoints import tokenizer_source
-from memrl.envs.collab.rl import collab_episodes, episode_rows
+from memrl.envs.collab.rl import episode_rows, episode_source
 from memrl.rewards.collab_outcome import PARTS, STATUSES, reward_funcs
 from memrl.train.config import GRPOStage
 from memrl.train.curves import Chart, Panel, draw
@@ -72,25 +73,26 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
     rows = episode_rows(stage.env)  # a bad task or problem file fails here, before any model loads
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(stage.init or base_model))
     config = GRPOConfig(**apply_overrides(GRPOConfig, grpo_args(stage, ctx), stage.overrides, ctx.stage))
-    episodes = collab_episodes(stage.env, stage.max_turn_tokens)
-    player = Player(episodes, TurnTokens.of(tokenizer), stage.max_turn_tokens, stage.max_episode_tokens)
-    rollout = EpisodeRollout(player, EpisodeLog(ctx.out_dir / EPISODES_FILE))
     model, lora, base = policy_model(cast(GRPOStage, stage), base_model)  # it reads only `init` and `lora`
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=[*reward_funcs()],
-            args=config,
-            train_dataset=Dataset.from_dict({"prompt": rows}),
-            processing_class=tokenizer,
-            peft_config=lora,
-            rollout_func=rollout,
-        )
-    try:
-        trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
-    finally:  # a failed run's curves are worth seeing too
-        rollout.close()
-        episodes.close()
-        outcome_chart(trainer.state.log_history, ctx.out_dir / CURVES_FILE, f"{ctx.run_name}: reward parts")
+    with contextlib.ExitStack() as stack:  # the episodes' actors (env.workers) and clients end with the run
+        episodes = episode_source(stage.env, stage.max_turn_tokens)
+        stack.callback(episodes.close)
+        player = Player(episodes, TurnTokens.of(tokenizer), stage.max_turn_tokens, stage.max_episode_tokens)
+        rollout = EpisodeRollout(player, EpisodeLog(ctx.out_dir / EPISODES_FILE))
+        stack.callback(rollout.close)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=[*reward_funcs()],
+                args=config,
+                train_dataset=Dataset.from_dict({"prompt": rows}),
+                processing_class=tokenizer,
+                peft_config=lora,
+                rollout_func=rollout,
+            )
+        try:
+            trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
+        finally:  # a failed run's curves are worth seeing too
+            outcome_chart(trainer.state.log_history, ctx.out_dir / CURVES_FILE, f"{ctx.run_name}: reward parts")
     return save_final(trainer, tokenizer, ctx, base=base, trainer_name="trl-collab-grpo")

@@ -268,7 +268,6 @@ def env_llamafactory(
 
     env_dir = (path or default_env_dir()).expanduser().resolve()
     if dry_run:
-        typer.echo(f"python -m venv {env_dir}")
         for step in plan(env_dir):
             typer.echo(" ".join(step.argv))
         return

@@ -64,6 +64,7 @@ def eval_reflector(
     ] = None,
     online_users: Annotated[int, typer.Option(min=0, help="online check users (0: skip the online check)")] = 0,
     online_sessions: Annotated[int, typer.Option(min=1, help="online check sessions per user")] = 3,
+    online_max_turns: Annotated[int, typer.Option(min=1, help="online check agent replies per session")] = 10,
     agent_model: Annotated[str, typer.Option(help="online check: the agent model")] = "smollm2",
 ) -> None:
     """Held-out reward of a reflector and its parts; optionally the online check in collab against a baseline.
@@ -86,7 +87,10 @@ def eval_reflector(
         record_evaluation(Path(model), data.name, metrics)
         if online_users:
             cfg = CollabEvalConfig(
-                users=online_users, sessions=online_sessions, model=HFModelConfig(backend="hf", model=agent_model)
+                users=online_users,
+                sessions=online_sessions,
+                max_turns=online_max_turns,
+                model=HFModelConfig(backend="hf", model=agent_model),
             )
             models = {"baseline": baseline or _base_of(model), "reflector": model}
             metrics["online"] = online_check(models, cfg, out / "online", console)

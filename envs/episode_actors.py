@@ -1,0 +1,297 @@
+"""Episodes stepped on Ray actors: the environment's turns of a batch run where its user simulators live.
+
+`ActorEpisodes` is an `EpisodeSource` like an in-process one: each `OnlineEpisode` has the trainer-side half
+(`PolicyView`: context and `read_reply`, built on the driver) and a `RemoteEpisode` whose `reset` / `step` are
+calls on one of the `EpisodeWorker` actors. Episodes are dealt round-robin over the actors; every call a round
+makes on one event loop is gathered (`MicroBatcher`) into ONE call per actor carrying all that actor's episodes,
+which the actor runs concurrently on its own event loop (an LLM user's requests go out together).
+
+Faults. An environment that raises fails only its episode (its error comes back as a string). An actor that dies
+(killed, OOM) is restarted by Ray (`spawn_workers`' `max_restarts`); each of its live episodes is then replayed
+once on the restarted actor: reset and stepped again with the replies already given, each observation checked
+against the recorded one (the rule user is deterministic per seed; a sampling LLM user is not, and such an episode
+fails saying so), before the interrupted call is made again. Replays are counted and logged. A second death of
+the same episode fails it (`EnvActorDied`), never the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, Protocol
+
+from memrl.core.errors import first_line
+from memrl.envs.actors import actor_died, actor_error_cause, spawn_workers, start_ray
+from memrl.envs.episode import Episode, Step
+from memrl.envs.online import OnlineEpisode, ViewSource
+from memrl.rewards.reward import MicroBatcher
+from memrl.rollout.base import Message
+
+log = logging.getLogger(__name__)
+
+# What an actor answers per episode: the step as plain data, the environment's error, or None: the actor does not
+# hold the episode (it restarted since the episode was reset there).
+Outcome = dict[str, Any] | str | None
+
+
+class Episodes(Protocol):
+    """What a worker's factory builds: fresh episodes by spec (an in-process source such as `CollabEpisodes`)."""
+
+    def episode(self, spec: str) -> Episode: ...
+
+    def close(self) -> None: ...
+
+
+class EnvActorDied(RuntimeError):
+    """The actor of an episode died twice while playing it: the episode fails."""
+
+
+class RemoteEnvError(RuntimeError):
+    """The environment raised on its actor (a user simulator's failure): the episode fails."""
+
+
+class ReplayDiverged(RuntimeError):
+    """A replayed episode did not repeat what it had said: the environment is not deterministic."""
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class EpisodeWorker:
+    """A Ray actor holding live episodes by id; each batched call runs its episodes concurrently on its event loop."""
+
+    def __init__(self, factory: Callable[..., Episodes], *args: Any) -> None:
+        self.episodes = factory(*args)
+        self.live: dict[int, Episode] = {}
+
+    def _drop(self, keys: Sequence[int]) -> None:
+        for key in keys:  # episodes the driver let go of without finishing (over budget)
+            self.live.pop(key, None)
+
+    async def reset(self, jobs: list[tuple[int, str]], drop: list[int]) -> list[Outcome]:
+        self._drop(drop)
+
+        async def one(key: int, spec: str) -> Outcome:
+            try:
+                episode = self.live[key] = self.episodes.episode(spec)
+                return {"observation": await episode.reset()}
+            except Exception as exc:  # that episode's failure, never the batch's
+                self.live.pop(key, None)
+                return _error(exc)
+
+        return list(await asyncio.gather(*(one(key, spec) for key, spec in jobs)))
+
+    async def step(self, jobs: list[tuple[int, str, dict[str, Any]]], drop: list[int]) -> list[Outcome]:
+        self._drop(drop)
+
+        async def one(key: int, reply: str, annotations: dict[str, Any]) -> Outcome:
+            episode = self.live.get(key)
+            if episode is None:
+                return None
+            try:
+                step = await episode.step(reply, **annotations)
+                out = {"observation": step.observation, "reward": step.reward, "done": step.done, "info": step.info}
+                if step.done:
+                    out["record"] = episode.record()
+                    del self.live[key]
+                return out
+            except Exception as exc:
+                del self.live[key]
+                return _error(exc)
+
+        return list(await asyncio.gather(*(one(*job) for job in jobs)))
+
+    def close(self) -> None:
+        self.episodes.close()
+
+
+def _label(key: int, spec: str) -> str:
+    with contextlib.suppress(ValueError, AttributeError):
+        if name := json.loads(spec).get("key"):
+            return f"episode {key} ({name})"
+    return f"episode {key}"
+
+
+class RemoteEpisode:
+    """The driver's handle on an episode living on an actor: the `Episode` protocol, each call batched with the
+    round's others. It keeps the replies given and the observations seen, to replay the episode once if its actor
+    dies."""
+
+    def __init__(self, source: ActorEpisodes, key: int, spec: str, actor: int) -> None:
+        self.source = source
+        self.key = key
+        self.spec = spec
+        self.actor = actor
+        self.name = _label(key, spec)
+        self.deaths = 0
+        self._opening: list[Message] | None = None
+        self._steps: list[tuple[str, dict[str, Any], list[Message]]] = []  # reply, annotations, what came back
+        self._record: dict[str, Any] | None = None
+
+    async def reset(self) -> list[Message]:
+        self._opening, self._steps, self._record = None, [], None
+        self._opening = (await self._call("reset", (self.spec,)))["observation"]
+        return list(self._opening)
+
+    async def step(self, reply: str, **annotations: Any) -> Step:
+        if self._opening is None:
+            raise RuntimeError("reset the episode before stepping it")
+        if self._record is not None:
+            raise RuntimeError("the episode is over: reset it to start again")
+        out = await self._call("step", (reply, annotations))
+        self._steps.append((reply, annotations, out["observation"]))
+        if out["done"]:
+            self._record = out["record"]
+        return Step(list(out["observation"]), out["reward"], out["done"], out["info"])
+
+    def record(self) -> dict[str, Any]:
+        if self._record is None:
+            raise RuntimeError("the episode has no record before its last step")
+        return self._record
+
+    async def _call(self, method: str, payload: tuple[Any, ...]) -> dict[str, Any]:
+        while True:
+            out = await self.source.submit(method, self, payload)
+            if isinstance(out, dict):
+                return out
+            if isinstance(out, str):
+                raise RemoteEnvError(out)
+            if out is not None and not actor_died(out):
+                raise actor_error_cause(out)
+            # The actor died during the call (Ray's error), or before it (None: it restarted and lost the episode).
+            self.deaths += 1
+            why = "it restarted without the episode" if out is None else first_line(out)
+            if self.deaths > 1:
+                raise EnvActorDied(f"env actor {self.actor} died {self.deaths} times while playing {self.name}: {why}")
+            self.source.replaying(self, why)
+            await self.source.restarted(self.actor)
+            if method == "step":
+                await self._replay()
+
+    async def _replay(self) -> None:
+        """Play the episode again on the restarted actor up to where it was, checking it says the same."""
+        opening = (await self._call("reset", (self.spec,)))["observation"]
+        if opening != self._opening:
+            raise ReplayDiverged(f"{self.name} opened differently when replayed: {self._nondeterministic}")
+        for n, (reply, given, seen) in enumerate(self._steps, 1):
+            out = await self._call("step", (reply, given))
+            if out["done"] or out["observation"] != seen:
+                raise ReplayDiverged(
+                    f"{self.name} answered reply {n} differently when replayed: {self._nondeterministic}"
+                )
+
+    _nondeterministic = "its environment is not deterministic (a sampling LLM user?), so a lost actor cannot replay it"
+
+
+class ActorEpisodes:
+    """An `EpisodeSource` whose episodes run on `workers` Ray actors, each building `factory(*args)` (an `Episodes`);
+    `view` gives each episode's context and `read_reply` on the driver. Connects to `ray_address` (or starts a local
+    Ray) unless Ray is up; `close` ends the actors and a Ray it started.
+
+    `replays` counts episodes replayed after their actor died; `calls` lists every actor call made (method, actor,
+    episodes carried)."""
+
+    def __init__(
+        self,
+        view: ViewSource,
+        factory: Callable[..., Episodes],
+        args: Sequence[Any],
+        workers: int,
+        ray_address: str | None = None,
+        restart_timeout: float = 600.0,
+    ) -> None:
+        self.view = view
+        self.restart_timeout = restart_timeout
+        self.replays = 0
+        self.calls: list[tuple[str, int, int]] = []
+        self._stack = contextlib.ExitStack()
+        try:
+            start_ray(ray_address, self._stack)
+            self.workers = spawn_workers(EpisodeWorker, workers, factory, *args)
+        except BaseException:
+            self._stack.close()
+            raise
+        self._dealt = 0
+        self._dropped: list[list[int]] = [[] for _ in self.workers]
+        self._restarts: dict[int, asyncio.Future[None]] = {}
+        # wait_s 0: the calls of one round are all made before the loop's next turn, which flushes them together.
+        self._batchers = {
+            m: MicroBatcher(partial(self._send, m), wait_s=0.0, max_batch=1 << 30) for m in ("reset", "step")
+        }
+
+    def __call__(self, spec: str) -> OnlineEpisode:
+        actor = self._dealt % len(self.workers)
+        episode = RemoteEpisode(self, self._dealt, spec, actor)
+        weakref.finalize(episode, self._drop, actor, self._dealt)  # the actor forgets it with the next call
+        self._dealt += 1
+        view = self.view(spec)
+        return OnlineEpisode(episode, view.context, view.read_reply)
+
+    def _drop(self, actor: int, key: int) -> None:
+        self._dropped[actor].append(key)
+
+    async def submit(self, method: str, episode: RemoteEpisode, payload: tuple[Any, ...]) -> Outcome | BaseException:
+        return await self._batchers[method].submit((episode.actor, episode.key, payload))
+
+    async def _send(
+        self, method: str, requests: list[tuple[int, int, tuple[Any, ...]]]
+    ) -> list[Outcome | BaseException]:
+        """One call per actor with all its requests; an actor's failure is the result of each of its requests."""
+        shares: dict[int, list[int]] = {}
+        for n, (actor, _, _) in enumerate(requests):
+            shares.setdefault(actor, []).append(n)
+        refs = []
+        for actor, share in shares.items():
+            drop, self._dropped[actor] = self._dropped[actor], []
+            jobs = [(requests[n][1], *requests[n][2]) for n in share]
+            self.calls.append((method, actor, len(share)))
+            refs.append(getattr(self.workers[actor], method).remote(jobs, drop))
+        answers = await asyncio.gather(*refs, return_exceptions=True)
+        out: list[Outcome | BaseException] = [None] * len(requests)
+        for share, answer in zip(shares.values(), answers, strict=True):
+            for i, n in enumerate(share):
+                out[n] = answer if isinstance(answer, BaseException) else answer[i]
+        return out
+
+    def replaying(self, episode: RemoteEpisode, why: str) -> None:
+        self.replays += 1
+        log.warning(
+            "env actor %d died (%s): replaying %s once on the restarted actor", episode.actor, why, episode.name
+        )
+
+    async def restarted(self, actor: int) -> None:
+        """Wait until Ray has restarted `actor` (its episodes share one wait, so their replays batch together)."""
+        waiting = self._restarts.get(actor)
+        if waiting is None or waiting.done():
+            waiting = self._restarts[actor] = asyncio.ensure_future(self._ready(self.workers[actor]))
+        await waiting
+
+    async def _ready(self, worker: Any) -> None:
+        from ray.exceptions import ActorUnavailableError
+
+        deadline = time.monotonic() + self.restart_timeout
+        while time.monotonic() < deadline:
+            try:
+                await worker.__ray_ready__.remote()
+                return
+            except ActorUnavailableError:  # still restarting: a call made now would fail at once
+                await asyncio.sleep(0.2)
+            except Exception:
+                return  # dead for good (restarts used up): the replay's first call fails and says why
+
+    def close(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            for worker in self.workers:
+                with contextlib.suppress(Exception):
+                    ray.get(worker.close.remote(), timeout=10)  # the actor's own clients (an LLM user's backend)
+                ray.kill(worker, no_restart=True)
+        self._stack.close()
