@@ -9,10 +9,12 @@ candidates, are scored three ways, each pass repeated `--repeats` times in turn 
   batching, the forward, the sigmoid, the reordering);
 - **one at a time**: one `score([item], batch_size=1)` call per pair;
 - **bare forward**: the physical limit, the model alone on the same tokens: the scorer's own batches (at most
-  `batch_size` pairs of similar token counts, padded) are made beforehand, and only the head's forward is timed.
+  `batch_size` pairs of similar token counts, padded) are made beforehand, and only the head's forward is timed;
+- **tokenize**: `head.tokenize(items)` alone, the largest part of what batched adds to the bare forward.
 
 Batched and one-at-a-time probabilities must agree to 1e-3. Reports pairs per second of each, batched as a
-fraction of the bare forward, and batched over one at a time.
+fraction of the bare forward, batched over one at a time, and the milliseconds of tokenization (and whether the
+causal heads' prompts were spliced from pre-tokenized fixed text).
 
     python benchmarks/judger_scoring.py [--pairs 64] [--batch-size 32] [--repeats 10] [--heads ...] [--out DIR]
 """
@@ -130,6 +132,7 @@ def run_head(head_name: str, m: int, batch_size: int, repeats: int) -> dict[str,
             "one_at_a_time": lambda: single.__setitem__(
                 slice(None), [p for item in items for p in scorer.score([item], batch_size=1)]
             ),
+            "tokenize": lambda: scorer.head.tokenize(items),
         },
         repeats,
     )
@@ -144,6 +147,8 @@ def run_head(head_name: str, m: int, batch_size: int, repeats: int) -> dict[str,
         "tokens": tokens,
         "padded_tokens": padded,
         **{name: {"seconds": round(s, 4), "pairs_per_second": round(m / s, 1)} for name, s in seconds.items()},
+        "tokenize_ms": round(seconds["tokenize"] * 1e3, 2),
+        "spliced": getattr(scorer.head, "splicer", None) is not None,
         "batched_over_bare_forward": round(seconds["bare_forward"] / seconds["batched"], 3),
         "batched_over_one_at_a_time": round(seconds["one_at_a_time"] / seconds["batched"], 2),
         "max_score_difference": diff,
@@ -175,7 +180,8 @@ def main() -> None:
         print(
             f"{name}: batched {r['batched']['pairs_per_second']} pairs/s = {r['batched_over_bare_forward']} of the "
             f"bare forward ({r['bare_forward']['pairs_per_second']}), {r['batched_over_one_at_a_time']}x one at a "
-            f"time ({r['one_at_a_time']['pairs_per_second']})"
+            f"time ({r['one_at_a_time']['pairs_per_second']}); tokenize {r['tokenize_ms']} ms"
+            + (", spliced" if r["spliced"] else "")
         )
 
 

@@ -3,8 +3,10 @@
     task_success  1 when the user's final draft is graded correct, else 0
     user_effort   minus the user's enforcing turns (the paper's user effort: turns spent asking the agent to follow
                   a preference instead of working on the problem)
-    preference    the share of the agent's replies the user reacted to in which the programmatic checkers found no
-                  preference violated (None when the user reacted to none: TRL then sums the other parts)
+    preference    the share of the user's preferences the programmatic checkers found met, averaged over the agent's
+                  replies the user reacted to (None when the user reacted to none: TRL then sums the other parts);
+                  graded per preference, so a reply that breaks one preference beats one that breaks two, and a
+                  group whose every reply breaks something still has a signal
     length        minus the conversation's messages, both sides
 
 Each part reads the episode record (`CollabEpisode.record()`) that the rollout forwards as the extra field
@@ -35,7 +37,7 @@ class OutcomeWeights(StrictModel):
 
     task_success: float = Field(default=1.0, description="weight of the graded answer (0/1)")
     user_effort: float = Field(default=0.2, description="weight of minus the enforcing user turns")
-    preference: float = Field(default=0.5, description="weight of the share of replies meeting every preference")
+    preference: float = Field(default=0.5, description="weight of the share of preferences met per reply")
     length: float = Field(default=0.02, description="weight of minus the conversation's messages")
 
     def as_list(self) -> list[float]:
@@ -43,12 +45,13 @@ class OutcomeWeights(StrictModel):
 
 
 def preference_share(record: Record) -> float | None:
-    """Replies the user reacted to with no violated preference, over all it reacted to (a clarifying question, which
-    no answer-format preference applies to, counts as in line)."""
+    """Per reply the user reacted to, the share of its preferences that no checker found violated; their mean (a
+    clarifying question, which no answer-format preference applies to, meets them all)."""
     reactions = [t for t in record["turns"] if t["role"] == "user" and "checker_violated" in t]
     if not reactions:
         return None
-    return sum(not t["checker_violated"] for t in reactions) / len(reactions)
+    held = max(len(record["preferences"]), 1)
+    return sum(1.0 - len(set(t["checker_violated"])) / held for t in reactions) / len(reactions)
 
 
 def outcome_parts(record: Record) -> dict[str, float | None]:

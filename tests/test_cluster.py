@@ -163,7 +163,8 @@ def test_collab_eval_spreads_over_both_nodes(
     out = tmp_path / "collab"
     result = memrl_cli(
         "eval", "collab", "--model", tiny_qwen2, "--users", "2", "--sessions", "1", "--max-turns", "2",
-        "--max-tokens", "8", "--workers", "2", "--ray-address", cluster.gcs, "--out", str(out), env=_env(),
+        "--max-tokens", "8", "--reflection-max-tokens", "8", "--workers", "2", "--ray-address", cluster.gcs,
+        "--out", str(out), env=_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(out / "sessions.jsonl")

@@ -85,6 +85,7 @@ def test_unreachable_endpoint_fails_in_one_line(tmp_path: Path, memrl_cli: Memrl
 def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "run"
     base = ["eval", "collab", "--model", tiny_qwen2, "--users", "2", "--max-turns", "2", "--max-tokens", "16"]
+    base += ["--reflection-max-tokens", "16"]
     first = memrl_cli(*base, "--sessions", "2", "--out", str(out), env=_env())
     assert first.returncode == 0, first.stderr[-2000:]
     summary = json.loads(first.stdout)

@@ -207,14 +207,102 @@ def test_tokenize_texts_gives_the_transformers_ids(tiny_qwen2: str) -> None:
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(4)  # 40 texts go out in four slices of 10 on four threads and come back in order
+    torch.set_num_threads(4)  # 40 long texts go out in four slices of 10 on four threads and come back in order
     try:
-        many = [f"the user prefers {i} short answers " * (i % 7 + 1) for i in range(40)]
+        many = [f"the user prefers {i} short answers " * (i % 7 + 1) * 60 for i in range(40)]
         assert tokenize_texts(qwen, many, 50, "longest_first", special_tokens=False) == tokenize_texts(
             WrapperOnly(qwen), many, 50, "longest_first", special_tokens=False
         )
     finally:
         torch.set_num_threads(threads)
+
+
+def spliced_items() -> list[JudgerInput]:
+    """Items for the splicer: no dialogue, unicode, overflow, a turn too long alone, white space at a part's edge
+    (the splicer refuses those), and a TOD query's candidates sharing one dialogue."""
+    tod = [{"speaker": "user", "utterance": "Book La Piazza in San Jose, 7:30 pm."}]
+    return [
+        JudgerInput([], [], "Which city?", "Oakland"),
+        JudgerInput([{"speaker": "user", "utterance": "Café für 2 — 東京で 🍣?\nnaïve ½"}], ["city"], "¿Dónde?", "Köln",
+                    "", "city"),
+        long_item(2),
+        long_item(60),  # over max_length: the newest turns that fit
+        JudgerInput([{"speaker": "user", "utterance": "word " * 400 + "end"}], ["date"], "When?", "Sunday"),  # too long
+        JudgerInput([{"speaker": "user", "utterance": "  trailing space  "}], ["date"], "When?", "Sunday"),
+        JudgerInput([{"speaker": "user", "utterance": "hi"}], ["date"], "When?", "Sunday\n"),
+        *(JudgerInput(tod, ["date", "time"], QUESTIONS[slot], answer, "reserve a table at La Piazza", slot)
+          for slot, answer in (("date", "Sunday"), ("time", "8 pm"), ("party_size", "4"))),
+    ]  # fmt: skip
+
+
+def whole_text_rows(head: Any, items: list[JudgerInput]) -> list[list[int]]:
+    """Each item's ids from its whole prompt through the transformers call: every turn where the prompt fits,
+    else the newest turns that fit, cut by the tokenizer where the newest alone is too long."""
+    from memrl.rollout.judger.inputs import causal_prompt, whole_prompt
+
+    tokenizer, limit = head.tokenizer, head.max_length
+    rows = []
+    for item in items:
+        row = tokenizer(whole_prompt(item, tokenizer), add_special_tokens=head.special_tokens)["input_ids"]
+        if len(row) > limit:
+            cut = causal_prompt(item, tokenizer, limit)
+            row = tokenizer(cut, add_special_tokens=head.special_tokens, truncation=True, max_length=limit)["input_ids"]
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("base", "head_name", "template", "limit", "shift"),
+    [("tiny-qwen2", "seq_cls", True, 600, 0), ("tiny-llama", "yes_no", True, 600, 0),
+     ("tiny-qwen2", "seq_cls", False, 600, 0), ("tiny-llama", "seq_cls", False, 600, 0),
+     ("smollm2", "yes_no", True, 200, 1)],  # GPT-2's split, with a token for "\n\n": one break starts each piece
+)  # fmt: skip
+def test_spliced_prompts_have_the_whole_prompts_ids(
+    base: str, head_name: str, template: bool, limit: int, shift: int, request: pytest.FixtureRequest
+) -> None:
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    from memrl.rollout.judger.heads import build_head
+    from memrl.rollout.judger.inputs import all_turns, prompt_parts, whole_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(request.getfixturevalue(base.replace("-", "_")))
+    if not template:  # "...\nAnswer:" prompts, and a tokenizer that adds a BOS of its own
+        tokenizer.chat_template = None
+        bos = tokenizer.convert_tokens_to_ids("<|im_start|>")
+        tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+            single="<|im_start|> $A", special_tokens=[("<|im_start|>", bos)]
+        )
+    head = build_head(head_name, tokenizer, limit)
+    items = spliced_items()
+    assert head.splicer is not None and head.splicer.special == (0 if template else 1)
+    assert head.splicer.cuts[1:] == (
+        2 - shift,
+        2 - shift,
+        2 - shift,
+    )  # "\n\n" between the parts and before the question
+    refused = [head.splicer.pieces(prompt_parts(item, all_turns(item))) is None for item in items]
+    assert refused == [False] * 5 + [True, True] + [False] * 3
+    rows = head.tokenize(items)["input_ids"]
+    assert rows == whole_text_rows(head, items)
+    whole = [len(tokenizer(whole_prompt(item, tokenizer))["input_ids"]) for item in items]
+    assert [n > limit for n in whole] == [False] * 3 + [True, True] + [False] * 5 and len(rows[4]) == limit
+    assert rows[0][: head.splicer.special] == ([] if template else [bos])
+
+
+def test_a_tokenizer_that_fails_the_probes_is_not_spliced(tiny_llama: str) -> None:
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
+
+    from memrl.rollout.judger.heads import build_head
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    # A space before every piece: the pieces' ids are not the whole prompt's.
+    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    head = build_head("seq_cls", tokenizer, 600)
+    items = spliced_items()
+    assert head.splicer is None
+    assert head.tokenize(items)["input_ids"] == whole_text_rows(head, items)
 
 
 def test_pad_fills_rows_on_either_side() -> None:

@@ -8,13 +8,14 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
 import pytest
+import test_online_collab
+from test_online_collab import _FailingSession
 
-from memrl.core.errors import BackendError
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile
@@ -22,7 +23,6 @@ from memrl.envs.collab.rl import CollabEpisodes, CollabRLConfig, collab_episodes
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession, UserSimulator, UserTurn
 from memrl.envs.episode_actors import ActorEpisodes
 from memrl.envs.online import EpisodeSource
-from memrl.rollout.base import Message
 from memrl.train.online.chat_tokens import TurnTokens
 from memrl.train.online.rollout import Generate, Player, Trajectory
 
@@ -37,7 +37,8 @@ SPECS = [spec for spec in episode_rows(ENV) for _ in range(2)]  # 4 sessions x a
 def ray_up() -> Iterator[None]:
     import ray
 
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors need not import the tests folder
+    for module in (sys.modules[__name__], test_online_collab):  # actors need not import the tests folder
+        ray.cloudpickle.register_pickle_by_value(module)
     env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env})
     yield
@@ -171,24 +172,6 @@ def test_a_second_death_fails_those_episodes_and_nothing_else(turns: TurnTokens,
             assert t.error is not None and "EnvActorDied: env actor 0 died 2 times" in t.error, t.error
         else:
             assert same(t) == same(ref)
-
-
-class _FailingSession(UserSession):
-    """The rule user whose endpoint goes down at its second reaction."""
-
-    def __init__(self, inner: UserSession) -> None:
-        super().__init__(inner.profile, inner.problem, inner.max_turns)
-        self.inner = inner
-        self.reactions = 0
-
-    async def open(self, greeting: str | None = None) -> UserTurn:
-        return await self.inner.open(greeting)
-
-    async def reply(self, turns: Sequence[Message]) -> UserTurn:
-        self.reactions += 1
-        if self.reactions == 2:
-            raise BackendError("user endpoint http://127.0.0.1:9/v1 unreachable after 3 retries")
-        return await self.inner.reply(turns)
 
 
 class _FirstUserFails(UserSimulator):

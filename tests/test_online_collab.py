@@ -186,6 +186,7 @@ def test_reward_parts_follow_the_episode_record() -> None:
         "task_success": 1,
         "user_effort": 1,
         "length": 5,
+        "preferences": ["direct", "proactive", "analytic"],
         "turns": [
             {"role": "user", "content": "Can you help?"},  # the opening: no reply to react to
             {"role": "assistant", "content": "Sure! 12"},
@@ -194,7 +195,8 @@ def test_reward_parts_follow_the_episode_record() -> None:
             reaction | {"enforce": False, "checker_violated": []},
         ],
     }
-    assert outcome_parts(record) == {"task_success": 1.0, "user_effort": -1.0, "preference": 0.5, "length": -5.0}
+    # One of three preferences broken in the first reply, none in the second: (2/3 + 1) / 2.
+    assert outcome_parts(record) == {"task_success": 1.0, "user_effort": -1.0, "preference": 5 / 6, "length": -5.0}
     assert preference_share({"turns": record["turns"][:2]}) is None  # no reaction yet: TRL sums the other parts
     funcs = reward_funcs()
     assert [f.__name__ for f in funcs] == list(PARTS)

@@ -122,8 +122,12 @@ def causal_prompt(item: JudgerInput, tokenizer: Any, max_length: int, count: Cou
     """The prompt with the newest turns that fit, through the chat template when the tokenizer has one; the
     answer token comes next."""
     count = count or token_counter(tokenizer)
-    fixed = count(_render(item, [], tokenizer)) + 2
-    return _render(item, recent_turns(item.context, max_length - fixed, count), tokenizer)
+    return _render(item, causal_turns(item, count(_render(item, [], tokenizer)), max_length, count), tokenizer)
+
+
+def causal_turns(item: JudgerInput, fixed: int, max_length: int, count: Counter) -> list[str]:
+    """The newest rendered turns that fit in a causal prompt beside the `fixed` tokens of the prompt without them."""
+    return recent_turns(item.context, max_length - fixed - 2, count)
 
 
 def whole_prompt(item: JudgerInput, tokenizer: Any) -> str:
@@ -138,15 +142,34 @@ def causal_prompts(items: Sequence[JudgerInput], tokenizer: Any, max_length: int
 
 
 def _render(item: JudgerInput, turns: list[str], tokenizer: Any) -> str:
-    body = "\n\n".join(
-        [
-            INSTRUCTION,
-            "Conversation so far:\n" + ("\n".join(turns) if turns else "(empty)"),
-            f"Details still missing: {_missing(item)}",
-            _note(item),
-            QUESTION,
-        ]
-    )
+    return _wrap(_body(*prompt_parts(item, turns)), tokenizer)
+
+
+def prompt_parts(item: JudgerInput, turns: list[str]) -> tuple[str, str, str]:
+    """A causal prompt's variable parts: the dialogue (these turns), the missing slots, the note."""
+    return "\n".join(turns) if turns else "(empty)", f"Details still missing: {_missing(item)}", _note(item)
+
+
+def prompt_frame(tokenizer: Any) -> tuple[str, ...] | None:
+    """The fixed texts around `prompt_parts`, one more than the parts: a prompt is the two interleaved, fixed text
+    first. None where the chat template does not keep the parts as they are."""
+    marks = ("\ue000", "\ue001", "\ue002")  # private-use characters: no template writes them
+    rest = _wrap(_body(*marks), tokenizer)
+    fixed = []
+    for mark in marks:
+        text, found, rest = rest.partition(mark)
+        if not found:
+            return None
+        fixed.append(text)
+    fixed.append(rest)
+    return None if any(mark in text for mark in marks for text in fixed) else tuple(fixed)
+
+
+def _body(dialogue: str, missing: str, note: str) -> str:
+    return "\n\n".join([INSTRUCTION, "Conversation so far:\n" + dialogue, missing, note, QUESTION])
+
+
+def _wrap(body: str, tokenizer: Any) -> str:
     if uses_chat_template(tokenizer):
         messages = [{"role": "user", "content": body}]
         return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))

@@ -40,6 +40,8 @@ eval_collab = config_command(
                     "sampling.agent.max_tokens"),
         nested_flag("user_max_tokens", int, "LLM user reply budget in tokens (default 1024, as the original)",
                     "sampling.user.max_tokens"),
+        nested_flag("reflection_max_tokens", int, "reflection budget in tokens (default 192)",
+                    "sampling.reflector.max_tokens"),
         *client_flags(["model", "user_model", "reflector", "judge"]),
     ],
 )  # fmt: skip
