@@ -79,6 +79,14 @@ class OutcomeRewardConfig(StrictModel):
     ray_address: str | None = Field(default=None, description="Ray cluster of the actors; default: a local Ray")
 
 
+class UnscoredStop(StrictModel):
+    """When a GRPO run stops because its rewards are missing: more than `max_share` of a step's samples unscored
+    (a failed or unreachable judge, user or outcome agent) for `steps` steps in a row. `max_share: 1` never stops."""
+
+    max_share: float = Field(default=0.5, ge=0, le=1, description="share of a step's samples left without a score")
+    steps: PositiveInt = Field(default=3, description="consecutive steps above max_share that stop the run")
+
+
 class RewardConfig(StrictModel):
     """Total reward = coverage_weight * coverage + format_weight * format - length penalty (+ outcome weight *
     outcome, where `outcome` is set and the trainer's adapter adds it)."""

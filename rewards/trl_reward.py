@@ -12,7 +12,8 @@ A sample whose judge failed gets None from every function. TRL 1.16 (`GRPOTraine
 marks a row whose every function returned None unscorable: its reward is NaN, the group mean and std are nan-aware
 (computed over the judged samples only) and its advantage is 0, exactly as if it were absent from the group. verl
 gets the same through `memrl.rewards.verl_advantage`. The failed samples of each batch are logged as
-`reward/judge_failed` (a count, averaged over the logging step).
+`reward/judge_failed` (a count, averaged over the logging step), and an `UnscoredWatch`, when given, sees each
+batch's count and stops the run once the judge keeps failing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from memrl.rewards.config import RewardConfig
 from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import RewardParts
+from memrl.rewards.unscored import UnscoredWatch
 
 JUDGE_FAILED_METRIC = "reward/judge_failed"
 
@@ -53,8 +55,9 @@ class _SharedParts:
     others await that same task.
     """
 
-    def __init__(self, scorer: RewardScorer) -> None:
+    def __init__(self, scorer: RewardScorer, watch: UnscoredWatch | None = None) -> None:
         self.scorer = scorer
+        self.watch = watch
         self._key: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self._task: asyncio.Future[list[RewardParts]] | None = None
 
@@ -74,6 +77,8 @@ class _SharedParts:
 
     async def _score(self, texts: list[str], ground_truth: list[Any], kwargs: dict[str, Any]) -> list[RewardParts]:
         parts = await self.scorer.ascore(texts, ground_truth)
+        if self.watch is not None:  # one scored batch is one optimizer step (generation_batch_size)
+            self.watch.observe(sum(p.judge_failed for p in parts), len(parts))
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):  # TRL >= 1.x passes it to reward functions; it averages values over a logging step
             log_metric(JUDGE_FAILED_METRIC, float(sum(p.judge_failed for p in parts)))
@@ -82,15 +87,18 @@ class _SharedParts:
         return parts
 
 
-def reward_funcs(cfg: RewardConfig | None = None, scorer: RewardScorer | None = None) -> list[RewardFunc]:
+def reward_funcs(
+    cfg: RewardConfig | None = None, scorer: RewardScorer | None = None, watch: UnscoredWatch | None = None
+) -> list[RewardFunc]:
     """[coverage, format] (+ length_penalty when configured), in the order `reward_weights` expects.
 
     Async functions: TRL 1.16 runs them on its own event loop thread, so the judge's requests go out on that loop.
-    Pass `scorer` to share one already built (its config then decides the parts).
+    Pass `scorer` to share one already built (its config then decides the parts), `watch` to stop a run whose
+    batches stay mostly unscored.
     """
     scorer = scorer or RewardScorer(cfg or RewardConfig())
     cfg = scorer.cfg
-    shared = _SharedParts(scorer)
+    shared = _SharedParts(scorer, watch)
 
     async def coverage(
         prompts: Sequence[Any], completions: Sequence[Any], ground_truth: Sequence[Any], **kwargs: Any

@@ -13,6 +13,10 @@ what TRL 1.16 does with a sample whose reward functions all return None (nan-awa
 
 verl imports the modules named in `VERL_USE_EXTERNAL_MODULES` on `import verl` in every process, the trainer's
 included, which registers the estimator there.
+
+verl calls the estimator once per training step, in its trainer process: it also stops a run whose samples stay
+mostly unscored (`memrl.rewards.unscored`, limits and endpoints from MEMRL_UNSCORED in the job's runtime env), so a
+dead judge fails the job in a few steps instead of training on advantage 0 to the end.
 """
 
 from __future__ import annotations
@@ -24,9 +28,23 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
 
+from memrl.rewards.unscored import UnscoredWatch
 from memrl.rewards.verl_reward import ADV_ESTIMATOR
 
 log = logging.getLogger(__name__)
+_WATCH: list[UnscoredWatch] = []  # this process's watch, built from the environment on the first step
+
+
+def watch() -> UnscoredWatch:
+    """The process's unscored-step watch (what MEMRL_UNSCORED describes, read once)."""
+    if not _WATCH:
+        _WATCH.append(UnscoredWatch.from_env())
+    return _WATCH[0]
+
+
+def reset_watch() -> None:
+    """Forget the streak and re-read MEMRL_UNSCORED on the next step (a new run in this process)."""
+    _WATCH.clear()
 
 
 @register_adv_est(ADV_ESTIMATOR)
@@ -63,4 +81,5 @@ def compute_judged_grpo_advantage(
     failed = int((~judged).sum())
     if failed:
         log.warning("memrl_grpo: %d of %d samples had no judge verdict: advantage 0", failed, len(scores))
+    watch().observe(failed, len(scores))  # raises after too many mostly-unscored steps in a row
     return advantages, advantages

@@ -30,7 +30,9 @@ class OpenAIModelConfig(StrictModel):
     timeout: PositiveFloat = 120.0
     max_retries: int = Field(default=4, ge=0)
     max_concurrency: PositiveInt = Field(
-        default=16, description="requests in flight at most (sync and async): the one bound, judges included"
+        default=16,
+        description="requests in flight at most (sync and async): the one bound, judges included; under verl it is "
+        "divided over the reward / agent-loop workers, so the server sees this number",
     )
 
 

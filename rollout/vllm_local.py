@@ -64,3 +64,17 @@ class VLLMBackend(ChatBackend):
             self.usage.record(completion)
             completions.append(completion)
         return completions
+
+    def close(self) -> None:
+        """Free the engine's GPU memory, so that the next engine built in this process passes vLLM's free-memory
+        check (`eval reflector` builds one per model). vLLM 0.24 runs the engine core in a child process that holds
+        the weights and KV cache until its client shuts it down; its own cleanup then drops the parallel groups,
+        collects garbage and empties the CUDA cache."""
+        engine = self.__dict__.pop("engine", None)
+        if engine is None:  # closed already
+            return
+        engine.llm_engine.engine_core.shutdown()
+        del engine
+        from vllm.distributed import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()

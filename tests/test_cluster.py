@@ -258,6 +258,78 @@ def test_verl_ray_job_gets_secrets_through_no_command_line(
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
 
 
+# A verl GRPO stage's Ray job (`memrl run` with cluster.ray_address, or `memrl launch`), its entrypoint swapped for
+# this: like `memrl run`, it derives the judge's key and the unscored stop into the environment of the verl process,
+# which joins the cluster through verl_main's ray.init and starts verl's own reward workers (verl's RewardLoopManager:
+# round-robin over the nodes, each loading memrl's reward function by module); each says what it sees (the key only
+# as a match, never its value).
+VERL_JOB = """
+import os, subprocess, sys
+env = dict(os.environ) | {{"MEMRL_JUDGE_API_KEY": "{key}", "MEMRL_UNSCORED": '{{"stop": {{"steps": 2}}}}'}}
+sys.exit(subprocess.run([sys.executable, "verl_process.py"], env=env).returncode)
+"""
+VERL_PROCESS = """
+import hashlib, json, os, ray
+from verl.experimental.reward_loop.reward_loop import RewardLoopManager
+from memrl.train import verl_launch, verl_main
+cfg = verl_launch.compose(verl_launch.PPO_CONFIG, [
+    "+ray_kwargs.ray_init.address=auto", "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR=/from/verl/config",
+    "actor_rollout_ref.model.path={model}", "reward.num_workers=2",
+    "reward.custom_reward_function.path=pkg://memrl.rewards.verl_reward",
+    "reward.custom_reward_function.name=compute_score_async",
+])
+verl_main.init_ray(cfg)
+
+def seen(worker):
+    key = os.environ.get("MEMRL_JUDGE_API_KEY", "").encode()
+    out = {{n: os.environ.get(n) for n in ("WANDB_MODE", "WANDB_DIR", "MEMRL_UNSCORED")}}
+    out["key_ok"] = hashlib.sha256(key).hexdigest() == "{digest}"
+    fn = worker.reward_manager.compute_score.args[0]  # verl's partial(call, raw function, reward_kwargs)
+    out["reward_fn"] = f"{{fn.__module__}}.{{fn.__name__}}"
+    return out | {{"node": ray.get_runtime_context().get_node_id()}}
+
+workers = RewardLoopManager(cfg).reward_loop_workers
+print("SEEN " + json.dumps(ray.get([w.__ray_call__.remote(seen) for w in workers])))
+"""
+
+
+@pytest.mark.slow
+def test_verl_workers_on_every_node_see_the_jobs_environment(
+    cluster: Cluster, tiny_qwen2: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25.6: a worker of verl joining a cluster saw only verl's runtime_env: WANDB_MODE and the keys memrl
+    derives in the job never arrived. Issue 25.12d: WANDB_DIR in the job's runtime_env and in verl's made Ray
+    refuse to merge them. Here: a `ray job submit` as `memrl run` sends it, WANDB_DIR in both."""
+    import hashlib
+
+    from memrl.train import verl_launch
+    from memrl.train.config import ClusterConfig
+
+    for name, value in _env(WANDB_MODE="offline", WANDB_DIR="/from/the/job").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("RAY_OVERRIDE_JOB_RUNTIME_ENV", raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "verl_job.py").write_text(VERL_JOB.format(key=SECRET))
+    digest = hashlib.sha256(SECRET.encode()).hexdigest()
+    (work / "verl_process.py").write_text(VERL_PROCESS.format(digest=digest, model=tiny_qwen2))
+    argv = verl_launch.verl_command("grpo", [], ClusterConfig(ray_address=cluster.dashboard), working_dir=work)
+    assert "RAY_OVERRIDE_JOB_RUNTIME_ENV" not in argv[argv.index("--runtime-env-json") + 1]
+    argv = [*argv[: argv.index("--") + 1], sys.executable, "verl_job.py"]
+    log = tmp_path / "verl.log"
+    verl_launch.run_verl(argv, log)
+    text = log.read_text()
+    seen = json.loads(next(line for line in text.splitlines() if line.startswith("SEEN "))[5:])
+    assert {w["node"] for w in seen} == cluster.node_ids()  # a worker on each node, the job's own and the other
+    for worker in seen:
+        assert worker["reward_fn"] == "memrl.rewards.verl_reward.compute_score_async", worker  # loaded by module
+        assert worker["key_ok"], worker
+        assert worker["WANDB_MODE"] == "offline"
+        assert worker["WANDB_DIR"] == "/from/verl/config"  # the stage folder verl's config names wins
+        assert json.loads(worker["MEMRL_UNSCORED"])["stop"]["steps"] == 2
+    assert SECRET not in text
+
+
 @pytest.mark.slow
 def test_dry_run_prints_every_stage_and_masks_secrets(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     work, run_dir = tmp_path / "work", tmp_path / "run"
@@ -291,11 +363,36 @@ def test_dry_run_prints_every_stage_and_masks_secrets(tmp_path: Path, memrl_cli:
         cwd=work, env=_env(),
     )  # fmt: skip
     assert verl.returncode == 0, verl.stderr[-3000:]
-    assert "-m verl.trainer.main_ppo" in verl.stdout
+    assert "-m memrl.train.verl_main" in verl.stdout
     assert "+ray_kwargs.ray_init.address=auto" in verl.stdout
     assert "trainer.nnodes=1" in verl.stdout
-    assert "trainer.n_gpus_per_node=8" in verl.stdout
+    assert "trainer.n_gpus_per_node=4" in verl.stdout  # the judge's server keeps GPUs 4-7 (placement)
     assert "ray job submit" not in verl.stdout
+
+
+def test_launch_keeps_the_outcome_reward_of_a_verl_grpo_stage(tmp_path: Path) -> None:
+    """Issue 25.7: the job recipe appended `reward...path=pkg://memrl.rewards.verl_reward` after the stage's own
+    reward, and Hydra kept the last: the next-session outcome reward was dropped under `memrl launch`."""
+    import io
+
+    from rich.console import Console
+
+    from memrl.app import launch
+    from memrl.app.context import RunContext
+    from memrl.app.recipe import load_recipe
+    from memrl.app.stages.training import verl_command
+
+    loaded = load_recipe(
+        "reflector-outcome-quickstart",
+        ["stages.grpo.trainer=verl", "stages.grpo.cluster.gpus_per_node=1", f"output_dir={tmp_path}"],
+    )
+    data, _, _ = launch.job_recipe(loaded, "http://head:8265")
+    recipe = launch.validate_job_recipe(data, loaded.recipe.name).recipe
+    ctx = RunContext(recipe, recipe.run_dir, Console(file=io.StringIO()))
+    argv = verl_command(recipe.stages["grpo"], ctx, "grpo", dry_run=True).argv
+    paths = [a.split("=", 1)[1] for a in argv if a.startswith("reward.custom_reward_function.path=")]
+    assert paths == ["pkg://memrl.envs.collab.outcome_verl"]
+    assert "+ray_kwargs.ray_init.address=auto" in argv
 
 
 @pytest.mark.parametrize(

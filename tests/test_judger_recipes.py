@@ -16,7 +16,9 @@ from memrl.app.stages.registry import KINDS
 from memrl.app.stages.runner import run_recipe
 from memrl.core.errors import ConfigError
 from memrl.train.config import ClusterConfig, JudgerStage
-from memrl.train.judger.launch import deepspeed_config, format_command, resolve_refs, torchrun_command
+from memrl.train.distributed import resolve_refs, torchrun_command
+from memrl.train.judger.launch import deepspeed_config
+from memrl.train.launch import format_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -46,7 +48,7 @@ def test_8b_dry_run_prints_the_torchrun_launch(tmp_path: Path, memrl_cli: MemrlC
     )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout + result.stderr
-    assert "torchrun --nnodes=1 --standalone --nproc-per-node=8 -m memrl.app.judger_main" in out
+    assert "torchrun --nnodes=1 --standalone --nproc-per-node=8 -m memrl.app.stage_main" in out
     assert f"{tmp_path / 'run'}/recipe.resolved.yaml --stage judger" in out
     assert "deepspeed/zero3.json" in out and "memrl eval judger" in out
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
@@ -69,7 +71,7 @@ def test_deepspeed_configs_parse() -> None:
 
 
 def test_multi_node_command_keeps_rendezvous_references() -> None:
-    argv = torchrun_command("memrl.app.judger_main", Path("r.yaml"), "judger", ClusterConfig(nnodes=2, gpus_per_node=8))
+    argv = torchrun_command("memrl.app.stage_main", Path("r.yaml"), "judger", ClusterConfig(nnodes=2, gpus_per_node=8))
     shown = format_command(argv)
     assert '"--node-rank=${NODE_RANK}"' in shown and "--nnodes=2" in shown and "--standalone" not in shown
     env = {"NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1"}
@@ -78,7 +80,7 @@ def test_multi_node_command_keeps_rendezvous_references() -> None:
         resolve_refs(argv, {"NODE_RANK": "0"})
     with pytest.raises(ConfigError, match="torchrun, not Ray"):
         torchrun_command(
-            "memrl.app.judger_main", Path("r.yaml"), "judger", ClusterConfig(ray_address="ray://head:10001")
+            "memrl.app.stage_main", Path("r.yaml"), "judger", ClusterConfig(ray_address="ray://head:10001")
         )
 
 
@@ -148,7 +150,7 @@ def test_two_processes_run_under_torchrun_and_save_an_adapter(
     (tmp_path / "two.yaml").write_text(DISTRIBUTED)
     result = memrl_cli("run", "two.yaml", f"data={judger_data}", "output_dir=run", "--stage", "judger", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "--nproc-per-node=2 -m memrl.app.judger_main" in (tmp_path / "run" / "judger" / "judger.log").read_text()
+    assert "--nproc-per-node=2 -m memrl.app.stage_main" in (tmp_path / "run" / "judger" / "judger.log").read_text()
     final = tmp_path / "run" / "judger" / "final"
     assert json.loads((final / "memrl_judger.json").read_text())["adapter"] is True
     assert "score" in json.loads((final / "adapter_config.json").read_text())["modules_to_save"]
@@ -156,3 +158,15 @@ def test_two_processes_run_under_torchrun_and_save_an_adapter(
     items = [JudgerInput.from_pair(r) for r in rows]
     scorer = load_judger(final)
     assert scorer.score(items) == pytest.approx([scorer.score([item])[0] for item in items], abs=1e-5)
+
+
+def test_launch_asks_ray_for_a_distributed_judgers_gpus() -> None:
+    """`memrl launch`: torchrun runs on the job's own node, so the job asks Ray for that node's GPUs."""
+    from memrl.app.launch import job_recipe
+
+    dashboard = "http://head:8265"
+    assert job_recipe(load_recipe("judger-llama3.1-8b", ["data=J"]), dashboard)[1] == {"judger": 8}
+    assert job_recipe(load_recipe("judger-minilm-cpu", ["data=J"]), dashboard)[1] == {}  # in-process on CPU
+    two_nodes = load_recipe("judger-llama3.1-8b", ["data=J", "stages.judger.cluster.nnodes=2"])
+    with pytest.raises(ConfigError, match=r"nnodes=2: under `memrl launch` a judger stage runs on one node"):
+        job_recipe(two_nodes, dashboard)

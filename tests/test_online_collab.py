@@ -240,3 +240,34 @@ def test_collaborator_quickstart_smoke_trains_and_logs_every_part(memrl_cli: Any
         assert played
         for part in ("task_success", "user_effort", "length"):  # what TRL logged is what the users lived
             assert row[f"rewards/{part}/mean"] == pytest.approx(fmean(outcome_parts(r)[part] for r in played))
+
+
+def test_dr_grpo_normaliser_is_the_same_on_trl_and_verl(tiny_qwen2: str, tmp_path: Path) -> None:
+    """collaborator-quickstart (loss dr_grpo): TRL divides by its max_completion_length, verl by loss_scale_factor;
+    both must be the episode budget, while TRL's generation still stops each reply at max_turn_tokens."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from memrl.app.recipe import load_recipe
+    from memrl.train.online.config import CollabGRPOStage
+    from memrl.train.online.trl_collab import grpo_args
+    from memrl.train.online.verl_overrides import collab_overrides
+    from memrl.train.trl_common import TrainContext
+
+    stage = load_recipe("collaborator-quickstart").recipe.stages["collab"]
+    assert isinstance(stage, CollabGRPOStage) and stage.loss == "dr_grpo"
+    overrides = collab_overrides(stage, model_path=tiny_qwen2, out_dir=tmp_path / "verl", experiment="x")
+    prefix = "actor_rollout_ref.actor.loss_scale_factor="
+    verl_norm = [int(o.removeprefix(prefix)) for o in overrides if o.startswith(prefix)]
+    ctx = TrainContext(tmp_path / "trl", "collab", 0, "none", "x")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
+        trainer = GRPOTrainer(
+            model=tiny_qwen2,
+            reward_funcs=[*reward_funcs()],
+            args=GRPOConfig(**grpo_args(stage, ctx)),
+            train_dataset=Dataset.from_dict({"prompt": episode_rows(ENV)}),
+            rollout_func=lambda prompts, trainer: {},  # never called: only the trainer's set-up is read
+        )
+    assert verl_norm == [trainer.max_completion_length] == [stage.max_episode_tokens]  # TRL's dr_grpo divisor
+    assert trainer.generation_config.max_new_tokens == stage.max_turn_tokens

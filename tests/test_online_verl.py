@@ -226,10 +226,11 @@ def test_the_7b_recipe_dry_run_prints_the_checked_command(tmp_path: Path, memrl_
     result = memrl_cli("run", "collaborator-qwen2.5-7b", "--dry-run", f"output_dir={run}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     text = result.stdout + result.stderr
-    assert "-m verl.trainer.main_ppo" in text and "actor_rollout_ref.rollout.mode=async" in text
+    assert "-m memrl.train.verl_main" in text and "actor_rollout_ref.rollout.mode=async" in text
     assert "memrl.rewards.verl_advantage,memrl.train.online.verl_agent_loop" in text
     assert f"data.train_files={run}/collab/data/train.parquet" in text
-    assert "trainer.n_gpus_per_node=8" in text and "actor_rollout_ref.rollout.name=vllm" in text
+    assert "trainer.n_gpus_per_node=4" in text  # the user model keeps GPUs 4-7 (placement)
+    assert "actor_rollout_ref.rollout.name=vllm" in text
     assert "reward.custom_reward_function" not in text  # the loop scores its episodes
     assert not run.exists()  # a dry run writes nothing
 
@@ -245,6 +246,112 @@ def test_the_7b_recipe_composes_against_verl() -> None:
     validate_overrides(PPO_CONFIG, overrides)
     cfg = compose(PPO_CONFIG, overrides)
     assert cfg.actor_rollout_ref.rollout.response_length == collab.max_episode_tokens
-    assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.trainer.n_gpus_per_node == 8
+    assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.trainer.n_gpus_per_node == 4  # the user keeps GPUs 4-7
     modules = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES
-    assert modules.split(",") == ["memrl.rewards.verl_advantage", "memrl.train.online.verl_agent_loop"]
+    assert modules.split(",") == [
+        "memrl.train.verl_compat",
+        "memrl.rewards.verl_advantage",
+        "memrl.train.online.verl_agent_loop",
+    ]
+
+
+class StepServer(HFServer):
+    """HFServer answering as verl's vLLM replica does: each reply carries the weights version it was sampled with
+    (`extra_fields["global_steps"]`), which verl's server client turns into `min_global_steps`/`max_global_steps`."""
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any):
+        out = await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+        out.extra_fields = {"global_steps": 0, "num_cached_tokens": 0}
+        return out
+
+
+def v1_client(cfg: Any, server: HFServer) -> Any:
+    """verl's own V1 server client (`LLMServerClient.generate`, which sets the step fields) with `server` as its only
+    replica: the load balancer, a Ray actor in a real run, is the one part left out."""
+    from types import SimpleNamespace
+
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    class OneReplica(LLMServerClient):
+        async def _acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
+            return "0", SimpleNamespace(generate=SimpleNamespace(remote=server.generate))
+
+        def _release_server(self, server_id: str, request_id: str | None = None) -> None:
+            return None
+
+    return OneReplica(cfg)
+
+
+@pytest.mark.slow  # starts Ray for TransferQueue
+def test_a_v1_step_computes_its_metrics_and_dumps_the_reward_parts(tiny_qwen2: str, tmp_path: Path) -> None:
+    """One collab step through verl's V1 path: AgentLoopWorkerTQ puts the trajectories into TransferQueue, the sync
+    trainer's own advantage, metrics (which read each sample's step tags) and rollout dump run on them."""
+    import numpy as np
+    import ray
+    import torch
+    import transfer_queue as tq
+    from transformers import AutoTokenizer
+    from verl.trainer.ppo.metric_utils import RolloutMoELoadBalanceMetricsAccumulator
+    from verl.trainer.ppo.v1 import AgentLoopWorkerTQ, PPOTrainerSync
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    import memrl.rewards.verl_advantage
+    import memrl.train.online.verl_agent_loop  # noqa: F401
+    from memrl.train.online.verl_overrides import collab_overrides
+    from memrl.train.online.verl_rollouts import rollout_history
+    from memrl.train.verl_validate import PPO_CONFIG, compose
+
+    collab = stage()
+    cfg = compose(PPO_CONFIG, collab_overrides(collab, model_path=tiny_qwen2, out_dir=tmp_path, experiment="t"))
+    assert cfg.trainer.use_v1
+    settings = LoopSettings(env=collab.env, reward=collab.reward, max_turn_tokens=collab.max_turn_tokens)
+    data = write_rows(agent_rows(episode_rows(collab.env), settings), tmp_path / "data" / "train.parquet")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen2)
+    dataset = RLHFDataset(data_files=[str(data)], tokenizer=tokenizer, config=cfg.data)
+    batch_dict = collate_fn([dataset[i] for i in range(len(dataset))])
+    batch_dict["uid"] = np.array([f"session-{i}" for i in range(len(dataset))], dtype=object)
+    batch = tu.get_tensordict(batch_dict)  # as PPOTrainer._fetch_one_gen_batch / _next_train_batch build it
+    tu.assign_non_tensor_data(batch, "global_steps", 1)
+    torch.manual_seed(0)
+
+    async def rollout(worker: Any) -> None:
+        await worker.generate_sequences(batch)
+        while worker.background_tasks:
+            await asyncio.gather(*list(worker.background_tasks))
+
+    cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units = 1  # verl's 8 ask a CPU each
+    ray.init(num_cpus=2, include_dashboard=False)  # the controller and the storage unit
+    try:
+        tq.init(cfg.transfer_queue)
+        # the actor's own class, run in this process: verl's AgentLoopManagerTQ makes it a Ray actor
+        worker_cls = AgentLoopWorkerTQ.__ray_metadata__.modified_class
+        asyncio.run(rollout(worker_cls(cfg, v1_client(cfg, StepServer(tiny_qwen2)))))
+        listed = tq.kv_list(partition_id="train")["train"]
+        keys = sorted(k for k, tag in listed.items() if tag.get("status") == "success")
+        assert len(keys) == len(dataset) * collab.rollouts
+        meta = tq.KVBatchMeta(partition_id="train", keys=keys, tags=[listed[k] for k in keys])
+        assert {(t["min_global_steps"], t["max_global_steps"]) for t in meta.tags} == {(0, 0)}
+
+        trainer = object.__new__(PPOTrainerSync)  # its step functions, without the GPU workers they drive
+        trainer.config, trainer.tokenizer, trainer.global_steps, trainer.use_critic = cfg, tokenizer, 1, False
+        trainer._rollout_moe_lb_metrics_accumulator = RolloutMoELoadBalanceMetricsAccumulator()
+        trainer._get_n_gpus_for_throughput = lambda: 1
+        trainer._init_dump_executor()
+        # what the actor's old-log-prob pass writes (a GPU worker): here the rollout's own log-probabilities
+        sampled = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["rollout_log_probs"])
+        sampled = sampled.rename_key_("rollout_log_probs", "old_log_probs")
+        tq.kv_batch_put(keys=keys, partition_id="train", fields=sampled)
+        metrics: dict[str, Any] = {}
+        meta = trainer._compute_advantage(meta, metrics)
+        trainer._compute_metrics(meta, metrics, {"step": 1.0, "gen": 1.0}, global_steps=1, epoch=0)
+        trainer._log_rollout_data(meta, {}, cfg.trainer.rollout_data_dir)
+        trainer._shutdown_dump_executor()
+    finally:
+        tq.close()
+        ray.shutdown()
+    assert metrics["training/off_policy/trajectory_staleness/mean"] == 0
+    history = rollout_history(Path(cfg.trainer.rollout_data_dir))
+    assert [row["step"] for row in history] == [1]
+    assert {f"rewards/{p}/mean" for p in ("task_success", "length")} <= set(history[0])
+    assert history[0]["episode/done"] == len(keys)

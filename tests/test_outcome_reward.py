@@ -237,7 +237,7 @@ def test_a_verl_stage_scores_with_the_outcome_reward_its_overrides_name(tmp_path
     verl_launch.validate_overrides(verl_launch.PPO_CONFIG, overrides)  # verl's own config accepts them
     cfg = verl_launch.compose(verl_launch.PPO_CONFIG, overrides)
     function = cfg.reward.custom_reward_function
-    assert function.path.endswith("collab/outcome_verl.py") and function.name == "compute_score_async"
+    assert function.path == "pkg://memrl.envs.collab.outcome_verl" and function.name == "compute_score_async"
     kwargs = dict(function.reward_kwargs)
     assert kwargs["outcome"]["data"] == str(data) and kwargs["outcome"]["agent"]["api_key"] is None
 

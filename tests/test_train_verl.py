@@ -9,11 +9,13 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memrl.core.errors import ConfigError, MemrlError
 from memrl.rewards.reward import RewardConfig
+from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.serve import free_port
 from memrl.train import verl_launch, verl_merge, verl_metrics
 from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, SFTStage
@@ -113,8 +115,8 @@ def test_grpo_overrides_carry_the_recipe() -> None:
     assert got["trainer.logger"] == "[console,file,wandb]"
     assert (got["trainer.nnodes"], got["trainer.n_gpus_per_node"]) == ("1", "8")
     assert (got["trainer.project_name"], got["trainer.experiment_name"]) == ("memrl", "qwen")
-    assert got["reward.custom_reward_function.path"].endswith("rewards/verl_reward.py")
-    assert Path(got["reward.custom_reward_function.path"]).is_absolute()
+    # Issue 25.11: by module always (reward workers sit on every node), local mode included.
+    assert got["reward.custom_reward_function.path"] == "pkg://memrl.rewards.verl_reward"
     assert got["reward.custom_reward_function.name"] == "compute_score_async"
     assert "actor_rollout_ref.model.lora_rank" not in got  # lora: null is full fine-tuning
 
@@ -264,9 +266,9 @@ def test_a_vllm_judge_is_hosted_by_verl_on_the_training_gpus() -> None:
     assert routed.judge.model.endpoint == "http://10.0.0.2:8123/v1" and routed.judge.model.model == "/hf/llama-70b"
     # An endpoint judge keeps verl's reward model off.
     assert not verl_launch.compose(verl_launch.PPO_CONFIG, grpo(table5_grpo())).reward.reward_model.enable
-    with pytest.raises(ConfigError, match="tensor_parallel_size 3 must divide the stage's 8 GPUs"):
+    with pytest.raises(ConfigError, match="tensor_parallel_size 16 must divide the stage's 8 GPUs"):
         grpo(table5_grpo(reward=RewardConfig.model_validate({"judge": {**VERL_JUDGE["judge"], "model": {
-            **VERL_JUDGE["judge"]["model"], "tensor_parallel_size": 3}}})))  # fmt: skip
+            **VERL_JUDGE["judge"]["model"], "tensor_parallel_size": 16}}})))  # fmt: skip
     with pytest.raises(ConfigError, match=r"reward.judge.few_shot: a judge verl hosts"):
         grpo(table5_grpo(reward=RewardConfig.model_validate({"judge": {**VERL_JUDGE["judge"], "few_shot": False}})))
 
@@ -308,13 +310,13 @@ def test_reward_config_reaches_the_reward_adapter_through_verl() -> None:
     call = get_custom_reward_fn(cfg)
     assert call is not None
     function, kwargs = call.args
-    # verl loads the adapter from its file: the same code, a separate module object.
     assert function.__qualname__ == "compute_score_async"
     assert function.__code__.co_filename == compute_score_async.__code__.co_filename
     sent = reward_config(kwargs)
     expected = stage.reward.model_copy(deep=True)
-    assert expected.judge.model is not None
+    assert isinstance(expected.judge.model, OpenAIModelConfig)
     expected.judge.model.api_key = None
+    expected.judge.model.max_concurrency = 16 // 8  # the recipe's bound over verl's 8 reward workers
     assert sent == expected
     assert sent.judge.cache_dir == "/tmp/judge cache, it's \\'here'"
     assert "sk-not-in-the-command" not in " ".join(grpo(stage))
@@ -365,7 +367,7 @@ def test_sft_typo_fails_against_the_sft_schema() -> None:
 def test_local_commands() -> None:
     overrides = grpo(table5_grpo())
     argv = verl_launch.verl_command("grpo", overrides, EIGHT_GPUS)
-    assert argv[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"] and argv[3:] == overrides
+    assert argv[:3] == [sys.executable, "-m", "memrl.train.verl_main"] and argv[3:] == overrides
     argv = verl_launch.verl_command("sft", ["model.path=m"], EIGHT_GPUS, python="python3")
     assert argv == [
         "python3",
@@ -395,7 +397,7 @@ def test_ray_job_submit_names_secrets_by_reference(tmp_path: Path) -> None:
     argv = verl_launch.verl_command("grpo", overrides, cluster, working_dir=tmp_path, environ=environ)
     assert argv[:5] == ["ray", "job", "submit", "--address", "http://head:8265"]
     split = argv.index("--")
-    assert argv[split + 1 : split + 4] == ["python", "-m", "verl.trainer.main_ppo"]
+    assert argv[split + 1 : split + 4] == ["python", "-m", "memrl.train.verl_main"]
     runtime = json.loads(argv[argv.index("--runtime-env-json") + 1])
     assert runtime["working_dir"] == str(tmp_path)
     assert runtime["env_vars"] == {
@@ -615,3 +617,87 @@ def test_merge_checkpoint_runs_verls_merger(fsdp_lora_checkpoint: tuple[Path, ob
     with torch.no_grad():
         logits = load_causal_lm(str(loadable), dtype=torch.float32)(input_ids=inputs).logits
     assert (logits - reference).abs().max().item() < 1e-4
+
+
+# --- issue 25: concurrency over verl's workers, local endpoints on several nodes, the job's environment ----------
+
+
+def _stage_command(recipe: str, stage: str, overrides: list[str], tmp_path: Path) -> Any:
+    from rich.console import Console
+
+    from memrl.app.context import RunContext
+    from memrl.app.recipe import load_recipe
+    from memrl.app.stages import collab_rl, training
+
+    loaded = load_recipe(recipe, [f"output_dir={tmp_path}", *overrides])
+    ctx = RunContext(loaded.recipe, tmp_path, Console(stderr=True))
+    spec = loaded.recipe.stages[stage]
+    build = collab_rl.verl_command if spec.kind == "collab_grpo" else training.verl_command
+    return build(spec, ctx, stage, dry_run=True)
+
+
+@pytest.mark.parametrize(("bound", "workers", "each"), [(64, 8, 8), (4, 4, 1), (20, 8, 2)])
+def test_judge_concurrency_is_divided_over_the_reward_workers(bound: int, workers: int, each: int) -> None:
+    """Issue 25.10: 8 reward workers each held a scorer with the recipe's whole max_concurrency (8x the bound)."""
+    recipe = json.loads(json.dumps(LLM_JUDGE))
+    recipe["judge"]["model"]["max_concurrency"] = bound
+    got = as_dict(grpo(table5_grpo(reward=RewardConfig.model_validate(recipe))))
+    assert got["reward.num_workers"] == str(workers)
+    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, grpo(table5_grpo(reward=RewardConfig.model_validate(recipe))))
+    judge = cfg.reward.custom_reward_function.reward_kwargs.judge
+    assert cfg.reward.num_workers == workers and judge.model.max_concurrency == each
+    assert workers * each <= bound  # what the judge's server sees at most
+    # A stage that names its own worker count keeps it, and the bound is divided over that many.
+    stage = table5_grpo(reward=RewardConfig.model_validate(recipe), overrides=["reward.num_workers=2"])
+    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, grpo(stage))
+    assert cfg.reward.num_workers == 2
+    assert cfg.reward.custom_reward_function.reward_kwargs.judge.model.max_concurrency == bound // 2
+
+
+def test_user_concurrency_is_divided_over_the_agent_loop_workers(tmp_path: Path) -> None:
+    """Issue 25.10: every agent-loop worker built its own LLM user client with the recipe's whole bound."""
+    from memrl.app.recipe import load_recipe
+    from memrl.train.online.verl_overrides import loop_settings
+
+    bound = ["stages.collab.env.user_model.max_concurrency=24"]
+    argv = _stage_command("collaborator-qwen2.5-7b", "collab", bound, tmp_path).argv
+    assert "actor_rollout_ref.rollout.agent.num_workers=8" in argv
+    stage = load_recipe("collaborator-qwen2.5-7b", bound).recipe.stages["collab"]
+    user = loop_settings(stage).env.user_model  # type: ignore[arg-type]  # what the rows hand every worker
+    assert isinstance(user, OpenAIModelConfig) and user.max_concurrency == 24 // 8
+
+
+@pytest.mark.parametrize(
+    ("recipe", "stage", "role"),
+    [("reflector-qwen2.5-7b", "grpo", "judge"), ("collaborator-qwen2.5-7b", "collab", "user")],
+)
+def test_a_multi_node_stage_refuses_a_local_endpoint(recipe: str, stage: str, role: str, tmp_path: Path) -> None:
+    """Issue 25.11: 127.0.0.1 is a different host on every node of the run."""
+    local = {"judge": "stages.grpo.reward.judge.model.endpoint", "user": "stages.collab.env.user_model.endpoint"}[role]
+    one = [f"{local}=http://127.0.0.1:8000/v1"]
+    _stage_command(recipe, stage, one, tmp_path)  # one node: fine
+    two = [f"stages.{stage}.cluster.nnodes=2", f"stages.{stage}.placement.{role}=endpoint"]  # no GPUs kept here
+    with pytest.raises(ConfigError, match=rf"^{role} at http://127\.0\.0\.1:8000/v1 .*2-node stage"):
+        _stage_command(recipe, stage, [*one, *two], tmp_path)
+    _stage_command(recipe, stage, [f"{local}=http://judge-host:8000/v1", *two], tmp_path)
+
+
+def test_grpo_job_environment_carries_the_unscored_stop(tmp_path: Path) -> None:
+    """Issue 25.9: the memrl_grpo estimator in verl's trainer learns the stop and the endpoints from MEMRL_UNSCORED."""
+    from memrl.rewards.unscored import UNSCORED_ENV, UnscoredWatch
+
+    command = _stage_command(
+        "reflector-qwen2.5-7b",
+        "grpo",
+        ["stages.grpo.unscored.steps=2", "stages.grpo.reward.judge.model.api_key=sk-x"],
+        tmp_path,
+    )
+    env = command.env
+    assert env["MEMRL_JUDGE_API_KEY"] == "sk-x"
+    watch = UnscoredWatch.from_env(env)
+    assert watch.stop.steps == 2
+    assert len(watch.sources) == 1 and watch.sources[0].startswith("judge at http://")
+    assert "sk-x" not in env[UNSCORED_ENV]
+    watch.observe(4, 4)
+    with pytest.raises(MemrlError, match=r"training stopped: .* check judge at http://"):
+        watch.observe(4, 4)

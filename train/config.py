@@ -11,7 +11,8 @@ from typing import Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from memrl.core.schema import StrictModel
-from memrl.rewards.config import RewardConfig
+from memrl.rewards.config import RewardConfig, UnscoredStop
+from memrl.train.placement import Placement
 
 
 class LoraConfig(StrictModel):
@@ -22,7 +23,8 @@ class LoraConfig(StrictModel):
 
 
 class ClusterConfig(StrictModel):
-    """Where a verl or LLaMA-Factory stage runs; TRL stages run in-process on this machine."""
+    """Where a stage runs. TRL: in-process on CPU or one GPU; with several visible GPUs, one process per GPU (at most
+    gpus_per_node) under `accelerate launch`; several nodes: `memrl run` on each, NODE_RANK and MASTER_ADDR set."""
 
     nnodes: PositiveInt = 1
     gpus_per_node: PositiveInt = 8
@@ -56,6 +58,9 @@ class SFTStage(StrictModel):
     )
     checkpoints: LoggingTarget = LoggingTarget()
     cluster: ClusterConfig = ClusterConfig()
+    placement: Placement = Field(
+        default_factory=Placement, description="GPU stages: served models on reserved GPUs of this node, or elsewhere"
+    )
     overrides: list[str] = Field(default_factory=list, description="extra trainer overrides, passed through")
 
 
@@ -68,6 +73,9 @@ class GRPOStage(StrictModel):
     init: str | None = Field(default=None, description="an sft stage of this recipe (or a checkpoint) to start from")
     data: str = Field(description="a reflection_data stage of this recipe, or a dataset folder it wrote")
     reward: RewardConfig = RewardConfig()
+    unscored: UnscoredStop = Field(
+        default_factory=UnscoredStop, description="stop the run when most samples stay unscored step after step"
+    )
     lora: LoraConfig | None = Field(default_factory=LoraConfig, description="null: full fine-tuning")
     lr: PositiveFloat = 1e-6
     max_steps: PositiveInt = 200
@@ -87,6 +95,9 @@ class GRPOStage(StrictModel):
     )
     checkpoints: LoggingTarget = LoggingTarget()
     cluster: ClusterConfig = ClusterConfig()
+    placement: Placement = Field(
+        default_factory=Placement, description="GPU stages: served models on reserved GPUs of this node, or elsewhere"
+    )
     overrides: list[str] = Field(default_factory=list, description="extra trainer overrides, passed through")
 
 

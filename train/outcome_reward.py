@@ -22,13 +22,17 @@ from memrl.rewards.config import OutcomeRewardConfig, RewardConfig
 from memrl.rewards.format import extract_notes
 from memrl.rewards.reward import run_sync
 from memrl.rewards.trl_reward import RewardFunc, reward_funcs, reward_weights
+from memrl.rewards.unscored import UnscoredWatch
 
 SCORES_FILE = "outcome_scores.jsonl"
 
 
-def grpo_rewards(reward: RewardConfig, data_dir: Path) -> tuple[list[RewardFunc], list[float]]:
-    """(reward_funcs, reward_weights) for GRPOTrainer; the outcome's rows come from `outcome.data` or `data_dir`."""
-    funcs, weights = [*reward_funcs(reward)], reward_weights(reward)
+def grpo_rewards(
+    reward: RewardConfig, data_dir: Path, watch: UnscoredWatch | None = None
+) -> tuple[list[RewardFunc], list[float]]:
+    """(reward_funcs, reward_weights) for GRPOTrainer; the outcome's rows come from `outcome.data` or `data_dir`;
+    `watch` stops the run when the judge keeps failing."""
+    funcs, weights = [*reward_funcs(reward, watch=watch)], reward_weights(reward)
     if reward.outcome is None:
         return funcs, weights
     rows = load_rows(reward.outcome.data or data_dir)

@@ -14,6 +14,7 @@ import yaml
 from memrl.core.checkpoints import CheckpointInfo, last_step_dir
 from memrl.core.errors import ConfigError, closest
 from memrl.train.config import LoraConfig
+from memrl.train.distributed import world_size
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,14 @@ def device_args() -> dict[str, Any]:
     return {"use_cpu": True, "bf16": bf16, "fp16": False, "dataloader_num_workers": 0}
 
 
-def accumulation_steps(total: int, micro: int, stage: str, what: str) -> int:
-    """Gradient accumulation that turns micro batches into the stage's global batch (one device)."""
-    steps, remainder = divmod(total, micro)
+def accumulation_steps(total: int, micro: int, stage: str, what: str, processes: int | None = None) -> int:
+    """Gradient accumulation that turns micro batches on each of `processes` devices (default: this launch's world
+    size, 1 outside a launcher) into the stage's global batch."""
+    processes = world_size() if processes is None else processes
+    steps, remainder = divmod(total, micro * processes)
     if remainder:
-        raise ConfigError(f"stages.{stage}: {what} ({total}) must be a multiple of micro_batch_size ({micro})")
+        devices = f" x {processes} processes" if processes > 1 else ""
+        raise ConfigError(f"stages.{stage}: {what} ({total}) must be a multiple of micro_batch_size ({micro}){devices}")
     return steps
 
 
@@ -104,7 +108,9 @@ def resume_point(out_dir: Path) -> str | None:
 def save_final(trainer: Any, tokenizer: Any, ctx: TrainContext, *, base: str, trainer_name: str) -> Path:
     """Write `final/` atomically enough: the info file goes last, so its presence means the stage finished."""
     final = ctx.out_dir / "final"
-    trainer.save_model(str(final))
+    trainer.save_model(str(final))  # on every rank: a sharded model is gathered here
+    if not trainer.is_world_process_zero():  # one of several processes: rank 0 writes the rest
+        return final
     tokenizer.save_pretrained(str(final))
     (ctx.out_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
     adapter = (final / "adapter_config.json").is_file()

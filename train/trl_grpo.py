@@ -15,7 +15,10 @@ from memrl.core.checkpoints import (
     tokenizer_source,
 )
 from memrl.core.errors import ConfigError
+from memrl.rewards.unscored import UnscoredWatch
+from memrl.rollout.probe import require_reachable
 from memrl.train.config import GRPOStage
+from memrl.train.endpoints import stage_endpoints
 from memrl.train.trl_common import (
     TrainContext,
     accumulation_steps,
@@ -78,13 +81,16 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
 
     from memrl.train.outcome_reward import grpo_rewards
 
+    endpoints = stage_endpoints(stage)
+    require_reachable(endpoints)  # a dead judge fails here, in seconds, not as a run of advantage-0 steps
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(stage.init or base_model))
     train, dropped = load_rl_split(data_dir, "train", tokenizer, stage.max_prompt_length)
     if dropped:
         console.print(f"{ctx.stage}: dropped {dropped} prompts longer than {stage.max_prompt_length} tokens")
     if len(train) == 0:
         raise ConfigError(f"stages.{ctx.stage}: no training prompt fits max_prompt_length={stage.max_prompt_length}")
-    funcs, weights = grpo_rewards(stage.reward, data_dir)  # the judge reward, plus the outcome reward if set
+    watch = UnscoredWatch(stage.unscored, [e.label for e in endpoints])
+    funcs, weights = grpo_rewards(stage.reward, data_dir, watch)  # the judge reward, plus the outcome reward if set
     completions = stage.batch_size * stage.rollouts
     accumulation = accumulation_steps(completions, stage.micro_batch_size, ctx.stage, "batch_size x rollouts")
     args = base_args(

@@ -69,7 +69,8 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
     )
     trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
     final = save_final(trainer, tokenizer, ctx, base=portable_ref(base_model), trainer_name="trl-sft")
-    loss_chart(trainer.state.log_history, ctx.out_dir / LOSS_CURVE, title=f"{ctx.run_name} (TRL SFT)")
+    if trainer.is_world_process_zero():
+        loss_chart(trainer.state.log_history, ctx.out_dir / LOSS_CURVE, title=f"{ctx.run_name} (TRL SFT)")
     return final
 
 

@@ -1,11 +1,12 @@
 """Running verl: the argv (local, torchrun for SFT, or `ray job submit`), the secrets it passes by environment
 reference only, and the run itself with its output logged.
 
-GRPO runs `verl.trainer.main_ppo`; SFT runs `verl.trainer.sft_trainer` under torchrun on one node, or
+GRPO runs `memrl.train.verl_main` (verl's `main_ppo` with one Ray runtime_env that carries the job's variables to every
+worker, `verl_main` says why); SFT runs `verl.trainer.sft_trainer` under torchrun on one node, or
 `verl.trainer.sft_trainer_ray` on a Ray cluster. With `cluster.ray_address` set the stage is a Ray job; memrl and
 verl must then be installed on every node, and the data, model and output paths must be visible there. Its argv is
-the `ray job submit` a shell would run (for --dry-run and the log), whose runtime environment names WANDB_*, HF_* and
-the API-key variables (MEMRL_JUDGE_API_KEY, MEMRL_OUTCOME_*_API_KEY) as `${NAME}` references; `run_verl` submits
+the `ray job submit` a shell would run (for --dry-run and the log), whose runtime environment names WANDB_*, HF_*,
+VERL_FILE_LOGGER_* and MEMRL_* (the API-key variables among them) as `${NAME}` references; `run_verl` submits
 that job through Ray's Python client instead of running the `ray` CLI, filling the references in memory, so no
 secret is ever on a command line.
 """
@@ -19,21 +20,51 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from memrl.core.envrefs import substitute
 from memrl.core.errors import ConfigError
+from memrl.core.secrets import redact
+from memrl.rewards.config import UnscoredStop
+from memrl.rewards.unscored import unscored_env
 from memrl.rewards.verl_reward import JUDGE_KEY_ENV, OUTCOME_KEY_ENVS
+from memrl.rollout.probe import Endpoint
 from memrl.train import launch, ray_jobs
 from memrl.train.config import ClusterConfig, GRPOStage
-from memrl.train.online.verl_data import USER_KEY_ENV
+from memrl.train.endpoints import stage_endpoints
+from memrl.train.verl_main import FORWARD_PREFIXES
+from memrl.train.verl_overrides import MODULES_ENV
 
-PPO_ENTRY = "verl.trainer.main_ppo"
+PPO_ENTRY = "memrl.train.verl_main"
 SFT_ENTRY = "verl.trainer.sft_trainer"
 SFT_RAY_ENTRY = "verl.trainer.sft_trainer_ray"
-# VERL_FILE_LOGGER_: the metrics file; USER_KEY_ENV: the LLM user's key of a collab_grpo stage on verl.
-ENV_PASSTHROUGH = ("WANDB_", "HF_", "VERL_FILE_LOGGER_", JUDGE_KEY_ENV, *OUTCOME_KEY_ENVS.values(), USER_KEY_ENV)
+# What a `ray job submit` passes by reference: what verl_main forwards to the workers (the API keys are MEMRL_*).
+ENV_PASSTHROUGH = (*FORWARD_PREFIXES, MODULES_ENV)
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 RUNTIME_ENV_FLAG = "--runtime-env-json"
 RAY_SUBMIT = ["ray", "job", "submit"]
+
+
+def refuse_local_endpoints(endpoints: list[Endpoint], cluster: ClusterConfig) -> None:
+    """On several nodes, 127.0.0.1 is another host on each node: a worker elsewhere would call a server not there."""
+    if cluster.nnodes <= 1:
+        return
+    for endpoint in endpoints:
+        if (urlsplit(endpoint.model.endpoint).hostname or "").lower() in LOCAL_HOSTS:
+            raise ConfigError(
+                f"{endpoint.label}: a local address on a {cluster.nnodes}-node stage means a different host on each "
+                "node; give an address every node reaches"
+            )
+
+
+def unscored_job_env(stop: UnscoredStop, endpoints: list[Endpoint]) -> dict[str, str]:
+    """MEMRL_UNSCORED for the job: the stop's limits and what to name when it fires (URL and model, no key)."""
+    return unscored_env(stop, [redact(e.label) for e in endpoints])
+
+
+def job_env(stage: GRPOStage) -> dict[str, str]:
+    """What a GRPO job's environment adds for memrl: the API keys (`secret_env`) and the unscored stop."""
+    return secret_env(stage) | unscored_job_env(stage.unscored, stage_endpoints(stage))
 
 
 def secret_env(stage: GRPOStage) -> dict[str, str]:
@@ -64,7 +95,7 @@ def verl_command(
     if cluster.ray_address is None:
         python = python or sys.executable
         if kind == "grpo":
-            # main_ppo starts Ray itself, or joins the cluster this node belongs to (multi-node: run on the head).
+            # verl_main starts Ray, or joins the cluster this node belongs to (multi-node: run on the head).
             return [python, "-m", PPO_ENTRY, *overrides]
         if cluster.nnodes > 1:
             raise ConfigError("verl SFT on several nodes runs through Ray: set cluster.ray_address")

@@ -15,8 +15,11 @@ from memrl.train.verl_command import (
     SFT_RAY_ENTRY,
     RaySubmission,
     format_command,
+    job_env,
+    refuse_local_endpoints,
     run_verl,
     secret_env,
+    unscored_job_env,
     verl_command,
 )
 from memrl.train.verl_overrides import (
@@ -30,7 +33,9 @@ from memrl.train.verl_overrides import (
     hydra_value,
     reward_kwargs,
     reward_path,
+    reward_workers,
     sft_overrides,
+    verl_modules,
 )
 from memrl.train.verl_validate import (
     PPO_CONFIG,
@@ -62,11 +67,16 @@ __all__ = [
     "format_command",
     "grpo_overrides",
     "hydra_value",
+    "job_env",
+    "refuse_local_endpoints",
     "reward_kwargs",
     "reward_path",
+    "reward_workers",
     "run_verl",
     "secret_env",
     "sft_overrides",
+    "unscored_job_env",
     "validate_overrides",
     "verl_command",
+    "verl_modules",
 ]

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -16,6 +15,8 @@ from memrl.rewards.config import JudgeConfig
 from memrl.rewards.verl_reward import ADV_ESTIMATOR, ADV_MODULE
 from memrl.rollout.config import VLLMModelConfig
 from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, SFTStage
+from memrl.train.endpoints import stage_endpoints
+from memrl.train.placement import Placement, rollout_tp, trainer_cluster
 from memrl.train.verl_metrics import tracking_env
 
 Logger = Literal["wandb", "console"]
@@ -26,12 +27,19 @@ OUTCOME_REWARD_MODULE = "memrl.envs.collab.outcome_verl"  # the judge reward plu
 REWARD_FUNCTION = "compute_score_async"
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs"
 RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"  # what every Ray process of a GRPO run gets
+MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"  # verl imports each (comma-separated) on `import verl`, in every process
+COMPAT_MODULE = "memrl.train.verl_compat"  # lets verl build models beside TRL 1.16: first in every verl job
 # verl's FSDP optimizer schedules a constant or a cosine learning rate after the warm-up, nothing else.
 LR_SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
 
 # How each recipe loss aggregates token losses in verl (names from verl.trainer.ppo.core_algos.agg_loss).
 LOSS_AGG_MODE = {"grpo": "seq-mean-token-mean", "dapo": "token-mean", "dr_grpo": "seq-mean-token-sum-norm"}
 CHECKPOINT_SUBDIR = "checkpoints"
+# verl's HFModelConfig asks for flash_attention_2, which the GPU set leaves out (no flash-attn wheel for its torch):
+# every model verl trains or scores loads with PyTorch's SDPA. Padding stays removed: transformers turns the packed
+# sequence's restarting position_ids into a per-sequence causal mask (docs/training.md, "Attention").
+ATTENTION = "sdpa"
+REWARD_WORKERS = 8  # verl 0.9.1's reward.num_workers
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:~+@-]+$")
 
@@ -83,6 +91,14 @@ def _lora(prefix: str, lora: LoraConfig) -> list[str]:
     ]
 
 
+def _attention(prefix: str) -> list[str]:
+    """The attention kernel and the packed (padding-free) forward of the model verl keeps under `prefix`."""
+    return [
+        "+" + _kv(f"{prefix}override_config.attn_implementation", ATTENTION),
+        _kv(f"{prefix}use_remove_padding", True),
+    ]
+
+
 def _loggers(logger: Logger) -> list[str]:
     """Always verl's `file` logger too: its metrics JSONL in the stage folder is what memrl draws the curves from."""
     return ["console", "file", "wandb"] if logger == "wandb" else ["console", "file"]
@@ -92,14 +108,49 @@ def reward_module(stage: GRPOStage) -> str:
     return REWARD_MODULE if stage.reward.outcome is None else OUTCOME_REWARD_MODULE
 
 
-def reward_path(remote: bool, module: str = REWARD_MODULE) -> str:
-    """Where verl loads compute_score from: this install's file locally, the importable module on a cluster."""
-    if remote:
-        return f"pkg://{module}"
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise ConfigError(f"{module} is not importable: the verl reward adapter is missing from this install")
-    return str(Path(spec.origin).resolve())
+def reward_path(module: str = REWARD_MODULE) -> str:
+    """Where verl loads compute_score from: always the importable module (`pkg://`), since verl's reward workers sit
+    on every node of the run, where a file path of this node may not exist."""
+    return f"pkg://{module}"
+
+
+# --- concurrency over verl's workers ----------------------------------------------------------------------------
+
+
+def override_int(overrides: list[str], key: str) -> int | None:
+    """The value a stage's own overrides give `key` (the last one, as Hydra keeps it), if any."""
+    found = [o.partition("=")[2] for o in overrides if o.lstrip("+~").partition("=")[0] == key]
+    if not found:
+        return None
+    try:
+        return int(found[-1])
+    except ValueError:
+        raise ConfigError(f"overrides: {key}={found[-1]} is not a whole number") from None
+
+
+def worker_count(default: int, bounds: list[int], overrides: list[str], key: str) -> int:
+    """How many workers verl starts for `key`: the stage's own override, else no more than the smallest bound (a
+    worker with a share of 0 requests would be no worker), else verl's default."""
+    chosen = override_int(overrides, key)
+    if chosen is not None:
+        if bounds and chosen > min(bounds):
+            raise ConfigError(f"{key}={chosen} is more workers than the {min(bounds)} requests in flight allowed")
+        return chosen
+    return min([default, *bounds])
+
+
+def per_worker(mapping: dict[str, Any], workers: int) -> dict[str, Any]:
+    """An endpoint model's mapping with its `max_concurrency` split over `workers` processes, each of which holds
+    its own client: together they keep the recipe's bound."""
+    if isinstance(mapping.get("max_concurrency"), int):
+        mapping["max_concurrency"] = mapping["max_concurrency"] // workers
+    return mapping
+
+
+def reward_workers(stage: GRPOStage) -> int:
+    """verl's reward workers for the stage (`reward.num_workers`)."""
+    bounds = [e.model.max_concurrency for e in stage_endpoints(stage)]  # the judge's and the outcome reward's
+    return worker_count(REWARD_WORKERS, bounds, list(stage.overrides), "reward.num_workers")
 
 
 def reward_kwargs(stage: GRPOStage, data_dir: Path | None = None) -> dict[str, Any]:
@@ -107,12 +158,19 @@ def reward_kwargs(stage: GRPOStage, data_dir: Path | None = None) -> dict[str, A
     full JudgeConfig mapping (or, for a judge verl hosts, `judge: llm` with no endpoint: the reward function then asks
     verl's reward router), the weights, the length penalty and the outcome reward (its `data` defaulting to the
     stage's `data_dir`). Never a secret: API keys are left out (they would land in the command and verl's logs);
-    `verl_command.secret_env` hands them to the job in the environment.
+    `verl_command.secret_env` hands them to the job in the environment. Each endpoint's `max_concurrency` is
+    divided over verl's `reward_workers`, each of which holds its own scorer.
     """
-    reward = stage.reward
+    reward, workers = stage.reward, reward_workers(stage)
     if reward.plain_text_notes:
         raise ConfigError("reward.plain_text_notes grades replies outside the JSON contract; verl training cannot")
-    out = _hosted_judge_kwargs(reward.judge) if hosts_judge(stage) else {"judge": _judge_mapping(reward.judge)}
+    if hosts_judge(stage):
+        out = _hosted_judge_kwargs(reward.judge)
+    else:
+        judge = _judge_mapping(reward.judge)
+        if isinstance(judge.get("model"), dict):
+            per_worker(judge["model"], workers)
+        out = {"judge": judge}
     out |= {"coverage_weight": reward.coverage_weight, "format_weight": reward.format_weight}
     if reward.length_penalty is not None:
         out["length_penalty"] = reward.length_penalty.model_dump(mode="json")
@@ -121,6 +179,9 @@ def reward_kwargs(stage: GRPOStage, data_dir: Path | None = None) -> dict[str, A
         if outcome["data"] is None and data_dir is not None:
             outcome["data"] = str(data_dir)
         out["outcome"] = _keyless(outcome, "agent", "judge")
+        for role in ("agent", "judge"):
+            if isinstance(outcome.get(role), dict):
+                per_worker(outcome[role], workers)
     if "${" in json.dumps(out):
         # verl resolves its config twice; an escaped `${` becomes a live interpolation the second time.
         raise ConfigError("the reward config holds `${`, which verl would read as an interpolation")
@@ -211,6 +272,8 @@ class PolicyGRPO(Protocol):
     def lora(self) -> LoraConfig | None: ...
     @property
     def cluster(self) -> ClusterConfig: ...
+    @property
+    def placement(self) -> Placement: ...
 
 
 def policy_overrides(
@@ -228,12 +291,12 @@ def policy_overrides(
     if stage.rollouts < 2:
         raise ConfigError("GRPO needs at least 2 rollouts per prompt: a group of one has no relative advantage")
     mb = stage.micro_batch_size
-    gpus = stage.cluster.gpus_per_node
+    gpus = trainer_cluster(stage).gpus_per_node  # the node's GPUs that no served model keeps (train/placement.py)
     out: list[str] = [
         # verl's GRPO over the scored samples only (a failed judge or episode scores NaN): memrl.rewards.verl_advantage,
         # which verl imports in every process from VERL_USE_EXTERNAL_MODULES (comma-separated).
         _kv("algorithm.adv_estimator", ADV_ESTIMATOR),
-        "+" + _kv(f"{RUNTIME_ENV}.VERL_USE_EXTERNAL_MODULES", external_modules),
+        "+" + _kv(f"{RUNTIME_ENV}.{MODULES_ENV}", verl_modules(external_modules)[MODULES_ENV]),
         _kv("algorithm.use_kl_in_reward", False),
         # Dr. GRPO drops the std scaling of the group advantage along with the per-sequence length normalisation.
         _kv("algorithm.norm_adv_by_std_in_grpo", stage.loss != "dr_grpo"),
@@ -246,7 +309,10 @@ def policy_overrides(
         _kv("data.filter_overlong_prompts", True),
         # verl's default (null) seeds the shuffling sampler from the clock: a resumed run would see another order.
         _kv("data.seed", seed),
+        # verl's V1 trainer (its default, run by TaskRunnerV1 over TransferQueue), named: the path memrl rehearses.
+        _kv("trainer.use_v1", True),
         _kv("actor_rollout_ref.model.path", model_path),
+        *_attention("actor_rollout_ref.model."),  # the actor and the reference load this model config
         _kv("actor_rollout_ref.actor.optim.lr", stage.lr),
         # One optimizer step per training step: the mini-batch is the whole batch of prompts.
         _kv("actor_rollout_ref.actor.ppo_mini_batch_size", stage.batch_size),
@@ -267,7 +333,8 @@ def policy_overrides(
         _kv("actor_rollout_ref.rollout.name", "vllm"),
         _kv("actor_rollout_ref.rollout.n", stage.rollouts),
         _kv("actor_rollout_ref.rollout.temperature", stage.temperature),
-        _kv("actor_rollout_ref.rollout.tensor_model_parallel_size", 2 if gpus % 2 == 0 else 1),
+        _kv("actor_rollout_ref.rollout.tensor_model_parallel_size", rollout_tp(gpus)),
+        _kv("actor_rollout_ref.rollout.gpu_memory_utilization", stage.placement.rollout_memory_fraction),
         _kv("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", mb),
         _kv("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", mb),
     ]
@@ -299,7 +366,6 @@ def grpo_overrides(
     seed: int = 0,
 ) -> list[str]:
     """Hydra overrides for `python -m verl.trainer.main_ppo` (config `ppo_trainer`); `stage.overrides` come last."""
-    remote = stage.cluster.ray_address is not None
     out = policy_overrides(
         stage,
         model_path=model_path,
@@ -312,15 +378,19 @@ def grpo_overrides(
     )
     if hosts_judge(stage):
         assert isinstance(stage.reward.judge.model, VLLMModelConfig)
-        out += _hosted_judge(stage.reward.judge.model, stage.cluster)
+        out += _hosted_judge(stage.reward.judge.model, trainer_cluster(stage))
     out += [
-        _kv("reward.custom_reward_function.path", reward_path(remote, reward_module(stage))),
+        _kv("reward.custom_reward_function.path", reward_path(reward_module(stage))),
+        # set, not left to verl's default: the judge's max_concurrency is divided over exactly these workers
+        _kv("reward.num_workers", reward_workers(stage)),
         _kv("reward.custom_reward_function.name", REWARD_FUNCTION),
         *("+" + _kv(f"{REWARD_KWARGS}.{key}", value) for key, value in reward_kwargs(stage, data_dir).items()),
         _kv("trainer.total_training_steps", stage.max_steps),
         # Every epoch has at least one step, so this many epochs never stops the run before max_steps.
         _kv("trainer.total_epochs", stage.max_steps),
-        *_trainer_common(stage.checkpoints.save_steps, stage.cluster, out_dir, experiment, project, logger, resume),
+        *_trainer_common(
+            stage.checkpoints.save_steps, trainer_cluster(stage), out_dir, experiment, project, logger, resume
+        ),
         # verl's loggers run in its Ray workers: the file logger's path (and wandb's folder) travel in their env.
         *(
             "+" + _kv(f"{RUNTIME_ENV}.{name}", value)
@@ -328,6 +398,11 @@ def grpo_overrides(
         ),
     ]
     return out + list(stage.overrides)
+
+
+def verl_modules(*modules: str) -> dict[str, str]:
+    """The VERL_USE_EXTERNAL_MODULES of a verl job: memrl's compatibility patch, then `modules`."""
+    return {MODULES_ENV: ",".join((COMPAT_MODULE, *modules))}
 
 
 def sft_overrides(
@@ -344,7 +419,7 @@ def sft_overrides(
 ) -> list[str]:
     """Hydra overrides for verl's SFT trainer (config `sft_trainer_engine`); `stage.overrides` come last. Its loggers
     read their paths from the environment (`verl_metrics.tracking_env`), which the command's runner sets."""
-    world = stage.cluster.nnodes * stage.cluster.gpus_per_node
+    world = stage.cluster.nnodes * trainer_cluster(stage).gpus_per_node
     if stage.batch_size % world or (stage.batch_size // world) % stage.micro_batch_size:
         raise ConfigError(
             f"verl SFT: batch_size {stage.batch_size} must split evenly over {world} GPUs "
@@ -363,6 +438,7 @@ def sft_overrides(
         _kv("data.max_length", stage.max_length),
         _kv("data.truncation", "error"),
         _kv("model.path", model_path),
+        *_attention("model."),
     ]
     if stage.lora is not None:
         out += _lora("model.", stage.lora)
@@ -382,7 +458,9 @@ def sft_overrides(
     ]
     if stage.max_steps is not None:
         out.append(_kv("trainer.total_training_steps", stage.max_steps))
-    out += _trainer_common(stage.checkpoints.save_steps, stage.cluster, out_dir, experiment, project, logger, resume)
+    out += _trainer_common(
+        stage.checkpoints.save_steps, trainer_cluster(stage), out_dir, experiment, project, logger, resume
+    )
     return out + list(stage.overrides)
 
 

@@ -11,6 +11,7 @@ from memrl.core.schema import StrictModel
 from memrl.envs.collab.rl import CollabRLConfig
 from memrl.rewards.collab_outcome import OutcomeWeights
 from memrl.train.config import ClusterConfig, LoggingTarget, LoraConfig
+from memrl.train.placement import Placement
 
 
 class CollabGRPOStage(StrictModel):
@@ -44,6 +45,9 @@ class CollabGRPOStage(StrictModel):
     temperature: PositiveFloat = 1.0
     checkpoints: LoggingTarget = LoggingTarget()
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="trainer verl: where the job runs")
+    placement: Placement = Field(
+        default_factory=Placement, description="trainer verl: the user model on reserved GPUs of this node or elsewhere"
+    )
     overrides: list[str] = Field(
         default_factory=list, description="extra GRPOConfig fields (trl) or Hydra overrides (verl), name=value"
     )

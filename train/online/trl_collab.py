@@ -43,7 +43,10 @@ def grpo_args(stage: CollabGRPOStage, ctx: TrainContext) -> dict[str, Any]:
         ),
         generation_batch_size=completions,  # one round of episodes feeds exactly one optimizer step
         num_generations=stage.rollouts,
-        max_completion_length=stage.max_turn_tokens,  # TRL's generation cap: one agent reply
+        # dr_grpo divides each episode's summed loss by this constant: the whole episode's budget, as verl's
+        # loss_scale_factor does (train/online/verl_overrides.py), so the two trainers take the same step size.
+        max_completion_length=stage.max_episode_tokens,
+        generation_kwargs={"max_new_tokens": stage.max_turn_tokens},  # TRL's generation cap: one agent reply
         temperature=stage.temperature,
         beta=stage.kl_coef,
         loss_type=stage.loss,
@@ -94,5 +97,6 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
         try:
             trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
         finally:  # a failed run's curves are worth seeing too
-            outcome_chart(trainer.state.log_history, ctx.out_dir / CURVES_FILE, f"{ctx.run_name}: reward parts")
+            if trainer.is_world_process_zero():
+                outcome_chart(trainer.state.log_history, ctx.out_dir / CURVES_FILE, f"{ctx.run_name}: reward parts")
     return save_final(trainer, tokenizer, ctx, base=base, trainer_name="trl-collab-grpo")

@@ -8,7 +8,11 @@ verl's `response_length` (status `over_budget`). The reward is computed here, fr
 `reward_score` is the weighted sum of the parts, so verl's reward loop is never asked; an episode that did not finish
 scores NaN, which the `memrl_grpo` advantage estimator leaves out of its group (as TRL leaves out a None reward).
 Each part, the episode's status and its record travel as `reward_extra_info`: verl logs them per validation step
-(`val-aux/memrl_collab/<part>/mean@N`) and writes them with every training sample to `trainer.rollout_data_dir`.
+(`val-aux/memrl_collab/<part>/mean@N`). verl's V1 trainer writes each training sample to `trainer.rollout_data_dir`
+with its score and TransferQueue key only, so the loop records the parts under that key beside it (`verl_rollouts`).
+The fields verl's server client returns (`min_global_steps` / `max_global_steps`: the weights a trajectory was sampled
+with, which V1 tags each sample with and its metrics read) are merged across the episode's replies as verl's own
+tool loop merges them, never dropped.
 
 verl imports this module in each of its processes from VERL_USE_EXTERNAL_MODULES, which registers the loop.
 """
@@ -20,10 +24,12 @@ import logging
 import math
 import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.tool_agent_loop import SPEC_DECODE_EXTRA_KEYS
 from verl.utils.profiler import simple_timer
 
 from memrl.envs.collab.rl import CollabEpisodes, collab_episodes
@@ -31,6 +37,7 @@ from memrl.rewards.collab_outcome import PARTS, STATUSES, OutcomeWeights, outcom
 from memrl.train.online.chat_tokens import TurnTokens
 from memrl.train.online.rollout import Player, Trajectory
 from memrl.train.online.verl_data import AGENT_NAME, LoopSettings
+from memrl.train.online.verl_rollouts import record_parts, sample_key
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +61,19 @@ def episode_reward(t: Trajectory, weights: OutcomeWeights) -> tuple[float, dict[
     info |= {f"episode_{status}": float(t.status == status) for status in STATUSES}
     info["episode"] = json.dumps({"status": t.status, "error": t.error, "record": t.record})
     return score, info
+
+
+def merge_server_fields(kept: dict[str, Any], reply: dict[str, Any]) -> None:
+    """Fold one reply's `extra_fields` into the episode's, as verl's ToolAgentLoop does: the first reply's as they
+    are (`min_global_steps` among them), then the newest weights version and the speculative-decoding counts summed."""
+    if not kept:
+        kept.update(reply)
+        return
+    if reply.get("max_global_steps") is not None:
+        kept["max_global_steps"] = reply["max_global_steps"]
+    for key in SPEC_DECODE_EXTRA_KEYS:
+        if key in reply and key in kept:
+            kept[key] = int(kept[key]) + int(reply[key])
 
 
 async def play_episode(
@@ -109,6 +129,7 @@ class CollabAgentLoop(AgentLoopBase):
         params = {**sampling_params, "max_tokens": settings.max_turn_tokens}
         timing: dict[str, float] = {}
         counts = {"replies": 0, "preempted": -1}  # -1: the server does not say
+        fields: dict[str, Any] = {}  # what the server client returns beside the tokens, merged over the replies
 
         async def generate(ids: list[int]) -> tuple[list[int], list[float] | None]:
             with simple_timer("generate_sequences", timing):
@@ -116,12 +137,21 @@ class CollabAgentLoop(AgentLoopBase):
                     request_id=request_id, prompt_ids=ids, sampling_params=dict(params), priority=priority
                 )
             counts["replies"] += 1
+            merge_server_fields(fields, dict(out.extra_fields))
             if out.num_preempted is not None:
                 counts["preempted"] = max(counts["preempted"], 0) + out.num_preempted
             return list(out.token_ids), out.log_probs or None
 
         t = await play_episode(player, str(extra["episode"]), generate, self._cap_text_prompt_length)
         score, info = episode_reward(t, settings.reward)
+        # An episode the user ended before any reply has no weights version: it gets the one its step rolls out with
+        # (the weights after step N-1), so V1's staleness metrics count it as fresh instead of failing on None.
+        for key in ("min_global_steps", "max_global_steps"):
+            if fields.get(key) is None and kwargs.get("global_steps") is not None:
+                fields[key] = int(kwargs["global_steps"]) - 1
+        folder = self.config.trainer.get("rollout_data_dir")
+        if folder and "session_id" in kwargs:  # V1 (AgentLoopWorkerTQ): its dump names a sample by its key only
+            record_parts(Path(folder), sample_key(kwargs["uid"], kwargs["session_id"]), info)
         # the user's opening, the replies, and the user's answer to each but a last reply that ended the episode
         turns = 1 + 2 * counts["replies"] - (t.status == "done")
         return AgentLoopOutput(
@@ -135,5 +165,5 @@ class CollabAgentLoop(AgentLoopBase):
                 generate_sequences=timing.get("generate_sequences", 0.0), num_preempted=counts["preempted"]
             ),
             # the keys verl's other loops always set, so a batch mixing loops concatenates
-            extra_fields={"reward_extra_info": info, "turn_scores": [], "tool_rewards": []},
+            extra_fields=fields | {"reward_extra_info": info, "turn_scores": [], "tool_rewards": []},
         )

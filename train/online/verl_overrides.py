@@ -12,15 +12,50 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.rewards.verl_reward import ADV_MODULE
+from memrl.rollout.probe import Endpoint
+from memrl.train.endpoints import stage_endpoints
 from memrl.train.online.config import CollabGRPOStage
-from memrl.train.online.verl_data import EVAL_FILE, TRAIN_FILE
+from memrl.train.online.verl_data import EVAL_FILE, TRAIN_FILE, LoopSettings
+from memrl.train.placement import trainer_cluster
 from memrl.train.verl_metrics import tracking_env
-from memrl.train.verl_overrides import RUNTIME_ENV, Logger, _kv, _trainer_common, policy_overrides
+from memrl.train.verl_overrides import (
+    RUNTIME_ENV,
+    Logger,
+    _kv,
+    _trainer_common,
+    per_worker,
+    policy_overrides,
+    worker_count,
+)
 
 LOOP_MODULE = "memrl.train.online.verl_agent_loop"
 # verl imports each (comma-separated) on `import verl` in every Ray process: the estimator and the agent loop.
 EXTERNAL_MODULES = f"{ADV_MODULE},{LOOP_MODULE}"
 DATA_SUBDIR, ROLLOUTS_SUBDIR = "data", "rollouts"
+AGENT_WORKERS_KEY = "actor_rollout_ref.rollout.agent.num_workers"
+AGENT_WORKERS = 8  # verl 0.9.1's default
+
+
+def user_endpoints(stage: CollabGRPOStage) -> list[Endpoint]:
+    """The LLM user's endpoint, where the stage's user is an LLM behind one (a rule user calls none)."""
+    return [e for e in stage_endpoints(stage) if e.role == "user"]
+
+
+def agent_workers(stage: CollabGRPOStage) -> int:
+    """verl's agent-loop workers for the stage (each plays its sessions with its own user client)."""
+    bounds = [e.model.max_concurrency for e in user_endpoints(stage)]
+    return worker_count(AGENT_WORKERS, bounds, list(stage.overrides), AGENT_WORKERS_KEY)
+
+
+def loop_settings(stage: CollabGRPOStage) -> LoopSettings:
+    """The loop's settings, the LLM user's `max_concurrency` divided over the agent-loop workers so that the user's
+    server sees the recipe's bound."""
+    env = stage.env
+    if user_endpoints(stage):
+        assert env.user_model is not None
+        shared = per_worker(env.user_model.model_dump(), agent_workers(stage))
+        env = env.model_copy(update={"user_model": env.user_model.model_validate(shared)})
+    return LoopSettings(env=env, reward=stage.reward, max_turn_tokens=stage.max_turn_tokens)
 
 
 def collab_overrides(
@@ -51,10 +86,14 @@ def collab_overrides(
     out += [
         _kv("actor_rollout_ref.rollout.mode", "async"),  # agent loops run only against the async server
         _kv("actor_rollout_ref.rollout.multi_turn.enable", True),
+        # set, not left to verl's default: the LLM user's max_concurrency is divided over exactly these workers
+        _kv(AGENT_WORKERS_KEY, agent_workers(stage)),
         _kv("trainer.total_training_steps", stage.max_steps),
         _kv("trainer.total_epochs", stage.max_steps),
         _kv("trainer.rollout_data_dir", str(out_dir / ROLLOUTS_SUBDIR)),
-        *_trainer_common(stage.checkpoints.save_steps, stage.cluster, out_dir, experiment, project, logger, resume),
+        *_trainer_common(
+            stage.checkpoints.save_steps, trainer_cluster(stage), out_dir, experiment, project, logger, resume
+        ),
         *(
             "+" + _kv(f"{RUNTIME_ENV}.{name}", value)
             for name, value in tracking_env(out_dir, wandb=logger == "wandb").items()

@@ -18,6 +18,7 @@ from memrl.app.cli.collab import collab_app
 from memrl.app.cli.data import data_app
 from memrl.app.cli.errors import user_error
 from memrl.app.cli.pahf import pahf_app
+from memrl.app.cli.preflight import preflight
 from memrl.app.cli.reflector import eval_reflector, export
 from memrl.app.cli.reward import reward_app
 from memrl.core.errors import MemrlError
@@ -47,6 +48,7 @@ eval_app.command("tod")(commands.eval_tod)
 eval_app.command("pahf")(commands.eval_pahf)
 
 app.command("export")(export)
+app.command("preflight")(preflight)
 
 console = Console(stderr=True)
 _debug = False
@@ -232,9 +234,15 @@ def chat(
 def serve(
     model: Annotated[str, typer.Option(help="embedded name, local path, or hub id")] = "smollm2",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port on 127.0.0.1")] = 8000,
-    engine: Annotated[str, typer.Option(help="auto | transformers | vllm")] = "auto",
+    engine: Annotated[str, typer.Option(help="auto | transformers | vllm (one GPU, no tensor parallelism)")] = "auto",
 ) -> None:
-    """Serve a model over an OpenAI-compatible API on 127.0.0.1 until Ctrl-C."""
+    """Serve a model over an OpenAI-compatible API on 127.0.0.1 until Ctrl-C: a model to try on this machine.
+
+    It binds 127.0.0.1 only (other hosts and Ray workers elsewhere cannot reach it) and runs the model on one device.
+    On GPUs, serve the recipes' judge, user and teacher with vLLM itself: CUDA_VISIBLE_DEVICES=<the GPUs the recipe's
+    placement reserves> vllm serve MODEL --tensor-parallel-size <their count> --gpu-memory-utilization <its fraction>
+    (add --host 0.0.0.0 for a cluster), then point the recipe's `endpoint:` at it.
+    """
     from memrl.core.errors import ConfigError
     from memrl.rollout.serve import LocalServer
 

@@ -12,9 +12,19 @@ from typing import Any
 
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind
-from memrl.app.stages.training import VerlCommand, _logger, _run_verl, _shown, _verl_start, train_context
+from memrl.app.stages.relaunch import plan_trl, run_trl
+from memrl.app.stages.training import (
+    VerlCommand,
+    _logger,
+    _run_verl,
+    _shown,
+    _verl_start,
+    placement_lines,
+    train_context,
+)
 from memrl.core.checkpoints import portable_ref
 from memrl.train.online.config import CollabGRPOStage
+from memrl.train.placement import trainer_cluster, trainer_env
 from memrl.train.trl_common import is_finished, resume_point
 
 PARTS_CURVES_FILE = "reward_parts.png"
@@ -25,15 +35,16 @@ def _start(stage: CollabGRPOStage, ctx: RunContext) -> CollabGRPOStage:
 
 
 def _settings(stage: CollabGRPOStage) -> Any:
-    from memrl.train.online.verl_data import LoopSettings
+    from memrl.train.online.verl_overrides import loop_settings
 
-    return LoopSettings(env=stage.env, reward=stage.reward, max_turn_tokens=stage.max_turn_tokens)
+    return loop_settings(stage)
 
 
 def verl_command(stage: CollabGRPOStage, ctx: RunContext, name: str, *, dry_run: bool) -> VerlCommand:
     """The verl command the stage runs (or, with `dry_run`, would run), checked against verl's config."""
+    from memrl.rewards.config import UnscoredStop
     from memrl.train import verl_launch as vl
-    from memrl.train.online.verl_overrides import collab_overrides
+    from memrl.train.online.verl_overrides import collab_overrides, user_endpoints
 
     stage = _start(stage, ctx)
     model_path, adapter = _verl_start(stage.init or ctx.model_ref(stage.model), ctx, dry_run)
@@ -48,8 +59,12 @@ def verl_command(stage: CollabGRPOStage, ctx: RunContext, name: str, *, dry_run:
         seed=ctx.recipe.seed,
     )
     vl.validate_overrides(vl.PPO_CONFIG, overrides)  # a bad key fails here, on CPU, before any GPU job
-    env = dict(os.environ) | _settings(stage).user_key()  # the LLM user's key: never on the command line
-    return VerlCommand(vl.verl_command("grpo", overrides, stage.cluster, environ=env), env, model_path)
+    users = user_endpoints(stage)
+    vl.refuse_local_endpoints(users, stage.cluster)
+    # the LLM user's key (never on the command line) and the unscored stop: verl_main hands them to every worker
+    env = dict(os.environ) | _settings(stage).user_key() | vl.unscored_job_env(UnscoredStop(), users)
+    env |= trainer_env(stage)  # the trainer's GPUs only: served models keep the others (train/placement.py)
+    return VerlCommand(vl.verl_command("grpo", overrides, trainer_cluster(stage), environ=env), env, model_path)
 
 
 def _run_trl(stage: CollabGRPOStage, ctx: RunContext, name: str) -> None:
@@ -58,7 +73,8 @@ def _run_trl(stage: CollabGRPOStage, ctx: RunContext, name: str) -> None:
     out = ctx.stage_dir(name)
     if (point := resume_point(out)) is not None:
         ctx.console.print(f"{name}: resuming from {point} (same seed, same data order)")
-    final = train_collab_grpo(_start(stage, ctx), ctx.model_ref(stage.model), train_context(ctx, name))
+    start, base = _start(stage, ctx), ctx.model_ref(stage.model)
+    final = run_trl(stage.cluster, ctx, name, lambda: train_collab_grpo(start, base, train_context(ctx, name)))
     ctx.console.print(f"{name}: checkpoint {final}; reward parts per step in {out / 'training_curves.png'}")
 
 
@@ -89,6 +105,10 @@ def run(stage: CollabGRPOStage, ctx: RunContext, name: str) -> None:
     if is_finished(out):
         ctx.console.print(f"{name}: already finished ({out / 'final'}); delete it to retrain")
         return
+    from memrl.rollout.probe import require_reachable
+    from memrl.train.endpoints import stage_endpoints
+
+    require_reachable(stage_endpoints(stage))  # the user model must answer before the first episode is played
     (_run_verl_stage if stage.trainer == "verl" else _run_trl)(stage, ctx, name)
 
 
@@ -99,11 +119,12 @@ def dry_run(stage: CollabGRPOStage, ctx: RunContext, name: str) -> list[str]:
         f"{env.sessions} sessions, up to {env.max_turns} replies)"
     )
     if stage.trainer == "trl":
-        return [f"TRL GRPOTrainer in-process from {start}: {sessions}"]
+        return plan_trl(stage.cluster, ctx, name, f"TRL GRPOTrainer from {start}: {sessions}")
     data = ctx.stage_dir(name) / "data"
     return [
         f"verl agent loop memrl_collab from {start}: {sessions}; sessions written to {data}",
         *_shown(verl_command(stage, ctx, name, dry_run=True).argv),
+        *placement_lines(stage, ctx.model_ref(stage.model)),
     ]
 
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Any
 
-from memrl.app.context import RESOLVED_NAME, RunContext
-from memrl.app.stages.base import StageKind
-from memrl.core.errors import ConfigError, MemrlError
+from memrl.app.context import RunContext
+from memrl.app.stages.base import Job, StageKind
+from memrl.app.stages.relaunch import STAGE_ENTRY, relaunch, resolved_recipe, shown
+from memrl.core.errors import ConfigError
 from memrl.train.config import JudgerStage
+from memrl.train.distributed import launched
 from memrl.train.trl_common import is_finished
-
-TORCHRUN_ENTRY = "memrl.app.judger_main"  # what torchrun starts once per GPU: one judger stage of a resolved recipe
 
 
 def data_ref(ref: str | None, ctx: RunContext, name: str) -> Path:
@@ -37,7 +37,7 @@ def run_judger(stage: JudgerStage, ctx: RunContext, name: str) -> None:
 
     data, base = data_ref(stage.data, ctx, name), ctx.model_ref(stage.model)
     require_pairs(data, "train")  # fail here, in one line, rather than once per GPU
-    if stage.distributed:
+    if stage.distributed and not launched():  # one of torchrun's processes trains below
         _run_distributed(stage, ctx, name)
         return
     from memrl.app.stages.training import train_context
@@ -50,7 +50,7 @@ def run_judger(stage: JudgerStage, ctx: RunContext, name: str) -> None:
 
 
 def _torchrun_argv(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
-    from memrl.train.judger.launch import torchrun_command
+    from memrl.train.distributed import torchrun_command
 
     per_step = stage.micro_batch_size * stage.world_size
     if stage.batch_size % per_step:
@@ -58,34 +58,44 @@ def _torchrun_argv(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
             f"stages.{name}: batch_size ({stage.batch_size}) must be a multiple of micro_batch_size "
             f"({stage.micro_batch_size}) x {stage.world_size} GPUs"
         )
-    return torchrun_command(TORCHRUN_ENTRY, ctx.run_dir / RESOLVED_NAME, name, stage.cluster)
+    return torchrun_command(STAGE_ENTRY, resolved_recipe(ctx), name, stage.cluster)
 
 
 def _run_distributed(stage: JudgerStage, ctx: RunContext, name: str) -> None:
-    from memrl.train.judger.launch import deepspeed_config, format_command, resolve_refs
-    from memrl.train.launch import run_logged
+    from memrl.train.judger.launch import deepspeed_config
 
     argv = _torchrun_argv(stage, ctx, name)
     if stage.deepspeed is not None:
         deepspeed_config(stage.deepspeed)
-    out = ctx.stage_dir(name)
-    shown = format_command(argv)
-    run_logged(resolve_refs(argv), out / "judger.log", name=f"stage {name} (torchrun)", shown=shown, env=os.environ)
-    if not is_finished(out):
-        raise MemrlError(f"stage {name}: torchrun finished but wrote no {out / 'final'}; see {out / 'judger.log'}")
-    ctx.console.print(f"{name}: judger {out / 'final'}")
+    final = relaunch(argv, ctx, name, launcher="torchrun", log="judger.log")
+    ctx.console.print(f"{name}: judger {final}")
 
 
 def plan_judger(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
     data, base = data_ref(stage.data, ctx, name), ctx.model_ref(stage.model)
     if not stage.distributed:
         return [f"HF Trainer in-process, {stage.head} head on {base}, data {data / 'train'}"]
-    from memrl.train.judger.launch import deepspeed_config, format_command
+    from memrl.train.judger.launch import deepspeed_config
 
-    lines = [format_command(_torchrun_argv(stage, ctx, name))]
+    lines = [shown(_torchrun_argv(stage, ctx, name))]
     if stage.deepspeed is not None:
         lines.append(f"DeepSpeed config {deepspeed_config(stage.deepspeed, must_exist=False)}")
-    return lines
+    from memrl.train.placement import plan
+
+    return [*lines, plan(stage, base, trainer="judger (torchrun)", rollout=False).text()]
 
 
-JUDGER = StageKind(JudgerStage, run_judger, plan_judger, refs=("data",))
+def judger_job(stage: JudgerStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
+    """A distributed judger is torchrun on the job's own node: the job asks Ray for that node's GPUs."""
+    if not stage.distributed:
+        return Job()  # CPU or one GPU, in the job's process, as on a workstation
+    if stage.cluster.nnodes > 1:
+        raise ConfigError(
+            f"stages.{name}.cluster.nnodes={stage.cluster.nnodes}: under `memrl launch` a judger stage runs on one "
+            "node (torchrun on the job's node); set nnodes 1, or run `memrl run` on every node with NODE_RANK and "
+            "MASTER_ADDR set"
+        )
+    return Job(gpus=stage.cluster.gpus_per_node)
+
+
+JUDGER = StageKind(JudgerStage, run_judger, plan_judger, judger_job, refs=("data",))

@@ -15,6 +15,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind
+from memrl.app.stages.relaunch import plan_trl, run_trl
 from memrl.core.checkpoints import (
     CheckpointInfo,
     adapter_base,
@@ -25,10 +26,10 @@ from memrl.core.checkpoints import (
     resolve_model,
 )
 from memrl.train.config import GRPOStage, SFTStage
+from memrl.train.placement import trainer_cluster, trainer_env
 from memrl.train.trl_common import TrainContext, is_finished, resume_point
 
 S = TypeVar("S", SFTStage, GRPOStage)
-REWARD_PKG = "pkg://memrl.rewards.verl_reward"
 CURVES_FILE = "training_curves.png"
 
 
@@ -60,19 +61,23 @@ class Trainer(Generic[S]):
     describe: Callable[[S, RunContext, str, str, Path], list[str]]
 
 
-# ---- TRL, in-process -------------------------------------------------------------------------------------------
+# ---- TRL: in-process, or one process per GPU under `accelerate launch` (memrl.app.stages.relaunch) --------------
 
 
 def _trl_sft(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path) -> None:
     from memrl.train.trl_sft import train_sft
 
-    ctx.console.print(f"{name}: checkpoint {train_sft(stage, base, data, train_context(ctx, name))}")
+    final = run_trl(stage.cluster, ctx, name, lambda: train_sft(stage, base, data, train_context(ctx, name)))
+    ctx.console.print(f"{name}: checkpoint {final}")
 
 
 def _trl_grpo(stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Path) -> None:
     from memrl.train.trl_grpo import train_grpo
 
-    ctx.console.print(f"{name}: checkpoint {train_grpo(stage, base, data, train_context(ctx, name), ctx.console)}")
+    final = run_trl(
+        stage.cluster, ctx, name, lambda: train_grpo(stage, base, data, train_context(ctx, name), ctx.console)
+    )
+    ctx.console.print(f"{name}: checkpoint {final}")
 
 
 # ---- verl: a command line, validated against verl's own config on CPU ------------------------------------------
@@ -113,13 +118,16 @@ def _verl_grpo_command(
     stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Path, dry_run: bool
 ) -> VerlCommand:
     from memrl.train import verl_launch as vl
+    from memrl.train.endpoints import stage_endpoints
 
     model_path, adapter = _verl_start(stage.init or base, ctx, dry_run)
     where = _where(ctx, name, model_path, data)
     overrides = vl.grpo_overrides(stage, **where, lora_adapter_path=adapter, seed=ctx.recipe.seed)
     vl.validate_overrides(vl.PPO_CONFIG, overrides)  # a bad key fails here, on CPU, before any GPU job
-    env = dict(os.environ) | vl.secret_env(stage)
-    return VerlCommand(vl.verl_command("grpo", overrides, stage.cluster, environ=env), env, model_path)
+    vl.refuse_local_endpoints(stage_endpoints(stage), stage.cluster)
+    env = dict(os.environ) | vl.job_env(stage)  # keys and the unscored stop: verl_main hands them to every worker
+    env |= trainer_env(stage)  # the trainer's GPUs only: served models keep the others (train/placement.py)
+    return VerlCommand(vl.verl_command("grpo", overrides, trainer_cluster(stage), environ=env), env, model_path)
 
 
 def _verl_sft_command(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path, dry_run: bool) -> VerlCommand:
@@ -130,8 +138,9 @@ def _verl_sft_command(stage: SFTStage, ctx: RunContext, name: str, base: str, da
     overrides = vl.sft_overrides(stage, **_where(ctx, name, model_path, data), resume=True, seed=ctx.recipe.seed)
     vl.validate_overrides(vl.SFT_CONFIG, overrides)
     # verl's SFT loggers run in the command's own process: their paths go in its environment.
-    env = dict(os.environ) | tracking_env(ctx.stage_dir(name), wandb=_wandb_on(ctx))
-    return VerlCommand(vl.verl_command("sft", overrides, stage.cluster, environ=env), env, model_path)
+    env = dict(os.environ) | tracking_env(ctx.stage_dir(name), wandb=_wandb_on(ctx)) | vl.verl_modules()
+    env |= trainer_env(stage)  # the trainer's GPUs only: served models keep the others (train/placement.py)
+    return VerlCommand(vl.verl_command("sft", overrides, trainer_cluster(stage), environ=env), env, model_path)
 
 
 def verl_command(stage: SFTStage | GRPOStage, ctx: RunContext, name: str, *, dry_run: bool) -> VerlCommand:
@@ -176,6 +185,10 @@ def _alpha(stage: SFTStage | GRPOStage) -> int | None:
 
 
 def _verl_grpo(stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Path) -> None:
+    from memrl.rollout.probe import require_reachable
+    from memrl.train.endpoints import stage_endpoints
+
+    require_reachable(stage_endpoints(stage))  # a dead judge fails here, in seconds, before verl takes the GPUs
     command = _verl_grpo_command(stage, ctx, name, base, data, dry_run=False)
     _run_verl(command, ctx, name, base=portable_ref(command.model_path), trainer="verl-grpo", alpha=_alpha(stage))
 
@@ -234,14 +247,19 @@ def _llamafactory_plan(stage: SFTStage, ctx: RunContext, name: str, base: str, d
 
 
 SFT_TRAINERS: dict[str, Trainer[SFTStage]] = {
-    "trl": Trainer(_trl_sft, lambda s, c, n, base, data: [f"TRL SFTTrainer in-process on {base}, data {data / 'sft'}"]),
+    "trl": Trainer(
+        _trl_sft,
+        lambda s, c, n, base, data: plan_trl(s.cluster, c, n, f"TRL SFTTrainer on {base}, data {data / 'sft'}"),
+    ),
     "verl": Trainer(_verl_sft, lambda s, c, n, base, data: _shown(_verl_sft_command(s, c, n, base, data, True).argv)),
     "llamafactory": Trainer(_llamafactory, _llamafactory_plan),
 }
 GRPO_TRAINERS: dict[str, Trainer[GRPOStage]] = {
     "trl": Trainer(
         _trl_grpo,
-        lambda s, c, n, base, data: [f"TRL GRPOTrainer in-process from {s.init or base}, data {data / 'rl'}"],
+        lambda s, c, n, base, data: plan_trl(
+            s.cluster, c, n, f"TRL GRPOTrainer from {s.init or base}, data {data / 'rl'}"
+        ),
     ),
     "verl": Trainer(_verl_grpo, lambda s, c, n, base, data: _shown(_verl_grpo_command(s, c, n, base, data, True).argv)),
 }
@@ -274,9 +292,23 @@ def _run(trainers: dict[str, Trainer[S]]) -> Callable[[S, RunContext, str], None
 def _dry_run(trainers: dict[str, Trainer[S]]) -> Callable[[S, RunContext, str], list[str]]:
     def dry_run(stage: S, ctx: RunContext, name: str) -> list[str]:
         stage = _with_init(stage, ctx)
-        return trainers[stage.trainer].describe(stage, ctx, name, ctx.model_ref(stage.model), ctx.artifact(stage.data))
+        base: str = ctx.model_ref(stage.model)
+        lines: list[str] = trainers[stage.trainer].describe(stage, ctx, name, base, ctx.artifact(stage.data))
+        return [*lines, *placement_lines(stage, base)]
 
     return dry_run
+
+
+def placement_lines(stage: Any, base: str) -> list[str]:
+    """A verl stage's `placement:` block (memrl.train.placement): GPUs and memory fraction per model; a plan that
+    cannot fit the node is refused here, in one line."""
+    if stage.trainer != "verl":
+        return []
+    from memrl.train.placement import plan
+
+    rollout = not isinstance(stage, SFTStage)
+    label = "policy (verl actor + rollout)" if rollout else "policy (verl SFT)"
+    return [plan(stage, base, trainer=label, rollout=rollout).text()]
 
 
 def _verl_job(stage: SFTStage | GRPOStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
@@ -293,12 +325,8 @@ def _verl_job(stage: SFTStage | GRPOStage, raw: dict[str, Any], name: str, dashb
         cluster["ray_address"] = None
         return Job(gpus=stage.cluster.gpus_per_node)  # torchrun on the job's own node
     cluster["ray_address"] = None
-    raw["overrides"] = [
-        *raw["overrides"],
-        # reward workers may sit on any node: name the reward function by module, not by a path here
-        f"reward.custom_reward_function.path={REWARD_PKG}",
-        "+ray_kwargs.ray_init.address=auto",
-    ]
+    # The reward function is named by module already (verl_overrides.reward_path), outcome reward included.
+    raw["overrides"] = [*raw["overrides"], "+ray_kwargs.ray_init.address=auto"]
     return Job()
 
 

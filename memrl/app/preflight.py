@@ -1,0 +1,251 @@
+"""`memrl preflight RECIPE`: what a job needs from this node, checked in seconds before hours depend on it.
+
+Each stage's plan as `--dry-run` builds it (verl's config check and the placement plan included), the packages its
+trainer imports (verl's V1 runner with transfer_queue, the attention kernel the overrides name, vLLM, DeepSpeed),
+the GPUs it asks for against those torch sees, free GPU memory on the trainer's GPUs against the placement plan,
+one real request to each endpoint with its key, a Ray worker's view of the variables the job forwards (only when a
+Ray address is given), and that the run folder is writable. Every problem is one line; none means ready.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from rich.console import Console
+
+from memrl.app.config import Recipe
+from memrl.core.errors import MemrlError
+from memrl.rollout.config import OpenAIModelConfig, VLLMModelConfig
+from memrl.rollout.probe import Endpoint
+
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+VERL_V1 = ["verl", "transfer_queue", "verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.v1.agent_loop_tq"]
+# What an attention implementation named in the overrides needs importable (sdpa and eager are torch's own).
+ATTENTION_KERNELS = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+_IMPORT_CHECK = """
+import importlib, json, sys
+bad = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:
+        bad[name] = (type(exc).__name__ + ": " + str(exc)).splitlines()[0][:200]
+print(json.dumps(bad))
+"""
+
+
+@dataclass
+class Report:
+    checks: list[tuple[str, str]] = field(default_factory=list)  # (what, result) of the checks that passed
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Needs:
+    modules: dict[str, str] = field(default_factory=dict)  # module -> the stage that needs it
+    gpus: dict[str, int] = field(default_factory=dict)  # stage -> GPUs on this node
+    plans: dict[str, Any] = field(default_factory=dict)  # stage -> placement Plan
+    planned: dict[str, tuple[Any, str, bool]] = field(default_factory=dict)  # stage -> plan()'s (stage, base, rollout)
+    endpoints: list[Endpoint] = field(default_factory=list)
+
+
+def preflight(recipe: Recipe, only: list[str] | None = None, ray_address: str | None = None) -> Report:
+    """Check what the selected stages of `recipe` need from this node; never starts a job or writes the run."""
+    report = Report()
+    names = [n for n in recipe.stages if not only or n in only]
+    needs = _needs(recipe, names, report)
+    _imports(needs.modules, report)
+    _gpus(needs, report)
+    _endpoints(needs.endpoints, needs.plans, report)
+    address = ray_address or next((a for n in names if (a := _ray_address(recipe.stages[n])) is not None), None)
+    if address is not None:
+        _ray(address, report)
+    _writable(recipe.run_dir, report)
+    return report
+
+
+def _needs(recipe: Recipe, names: list[str], report: Report) -> _Needs:
+    from memrl.app.context import RunContext
+    from memrl.app.stages.runner import plan_lines
+    from memrl.train.endpoints import stage_endpoints
+    from memrl.train.placement import plan
+
+    needs = _Needs()
+    quiet = Console(file=open(os.devnull, "w"))  # noqa: SIM115 - closed with the context below
+    ctx = RunContext(recipe, recipe.run_dir.resolve(), quiet)
+    try:
+        for name in names:
+            stage: Any = recipe.stages[name]
+            try:
+                text = "\n".join(plan_lines(ctx, name))  # verl's config check and the placement plan, as --dry-run
+            except MemrlError as exc:
+                report.problems.append(f"stage {name}: {exc}")
+                continue
+            needs.endpoints += [Endpoint(f"{name} {e.role}", e.model) for e in stage_endpoints(stage)]
+            for key in _model_keys(stage, recipe):
+                model = recipe.models[key]
+                if isinstance(model, OpenAIModelConfig):
+                    needs.endpoints.append(Endpoint(f"{name} {key}", model))
+                elif isinstance(model, VLLMModelConfig) and getattr(stage, "trainer", None) != "verl":
+                    needs.modules.setdefault("vllm", name)
+                    needs.gpus[name] = max(needs.gpus.get(name, 0), model.tensor_parallel_size)
+            if getattr(stage, "trainer", None) == "verl":
+                sft = stage.kind == "sft"
+                base = ctx.model_ref(stage.model)
+                needs.plans[name] = plan(stage, base, rollout=not sft)
+                needs.planned[name] = (stage, base, not sft)
+                needs.gpus[name] = stage.cluster.gpus_per_node
+                modules = [*VERL_V1, "verl.trainer.sft_trainer" if sft else "verl.trainer.main_ppo"]
+                modules += [] if sft else ["vllm"]
+                for attn, module in ATTENTION_KERNELS.items():
+                    if f"attn_implementation={attn}" in text:
+                        modules.append(module)
+                for module in modules:
+                    needs.modules.setdefault(module, name)
+            if getattr(stage, "deepspeed", None):
+                needs.modules.setdefault("deepspeed", name)
+            if getattr(stage, "distributed", False):
+                needs.gpus[name] = stage.cluster.gpus_per_node
+    finally:
+        ctx.close()
+        quiet.file.close()
+    if not report.problems:
+        report.checks.append(("plans", f"{', '.join(names)}: as --dry-run builds them"))
+    return needs
+
+
+def _model_keys(stage: Any, recipe: Recipe) -> list[str]:
+    """The recipe's `models` keys a stage names in its own string fields (`model: policy`, `gold: teacher`, ...)."""
+    values = [v for v in stage.model_dump().values() if isinstance(v, str)]
+    values += [v for d in stage.model_dump().values() if isinstance(d, dict) for v in d.values() if isinstance(v, str)]
+    return sorted({v for v in values if v in recipe.models})
+
+
+def _imports(modules: dict[str, str], report: Report) -> None:
+    """Import every module in a fresh interpreter (as the job will), one line per module that fails."""
+    if not modules:
+        return
+    argv = [sys.executable, "-W", "ignore", "-c", _IMPORT_CHECK, *modules]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    try:
+        bad: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        bad = dict.fromkeys(modules, f"the import check crashed: {done.stderr.strip()[-200:]}")
+    for module, error in bad.items():
+        report.problems.append(f"package: {module} does not import ({error}); stage {modules[module]} needs it")
+    if not bad:
+        report.checks.append(("packages", ", ".join(modules)))
+
+
+def _gpus(needs: _Needs, report: Report) -> None:
+    """GPUs torch sees against what each stage asks; free memory on the trainer's GPUs against its plan, and the
+    plan again with the GPUs' real memory."""
+    if not needs.gpus:
+        return
+    import torch
+
+    from memrl.train.placement import plan
+
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    short = {name: n for name, n in needs.gpus.items() if n > seen}
+    for name, n in short.items():
+        what = "no CUDA device" if seen == 0 else f"only {seen}"
+        report.problems.append(
+            f"GPUs: stage {name} asks for {n} GPU{'s' if n > 1 else ''} on this node; torch sees {what}"
+        )
+    if short:
+        return
+    report.checks.append(("GPUs", f"{seen} visible, {max(needs.gpus.values())} asked"))
+    for name, placed in needs.plans.items():
+        for p in placed.placed:
+            if p.role.startswith("policy") and p.memory_fraction is not None:
+                for gpu in p.gpus:
+                    free, total = torch.cuda.mem_get_info(gpu)
+                    if free < p.memory_fraction * total:
+                        report.problems.append(
+                            f"GPU memory: stage {name}'s {p.role} wants {p.memory_fraction:g} of GPU {gpu} "
+                            f"({p.memory_fraction * total / 2**30:.0f} GiB); {free / 2**30:.0f} GiB is free"
+                        )
+        measured = torch.cuda.mem_get_info(0)[1] / 2**30
+        try:  # the recipe's GPU memory is a guess (80 GiB by default); the plan must fit the GPUs that are here
+            stage, base, rollout = needs.planned[name]
+            plan(stage, base, rollout=rollout, gpu_memory_gib=measured)
+        except MemrlError as exc:
+            report.problems.append(f"stage {name} on {measured:.0f} GiB GPUs: {exc}")
+
+
+def _endpoints(endpoints: list[Endpoint], plans: dict[str, Any], report: Report) -> None:
+    from memrl.rollout.probe import probe_all
+
+    for name, placed in plans.items():
+        for p in placed.placed:
+            for url in (u.strip() for u in p.where.split(",") if p.gpus and "://" in u):
+                if (urlsplit(url).hostname or "") not in LOCAL_HOSTS:
+                    report.problems.append(
+                        f"stage {name}: {p.role} is placed on GPUs {','.join(map(str, p.gpus))} of this node but its "
+                        f"endpoint {url} is another host: set placement.{p.role}: endpoint"
+                    )
+    if not endpoints:
+        return
+    failed = probe_all(endpoints)
+    report.problems += [f"endpoint: {line}" for line in failed]
+    if not failed:
+        report.checks.append(("endpoints", ", ".join(sorted({e.model.endpoint for e in endpoints}))))
+
+
+def _ray_address(stage: Any) -> str | None:
+    address = getattr(getattr(stage, "cluster", None), "ray_address", None)
+    return None if address is None or address.startswith(("http://", "https://")) else address
+
+
+def _ray(address: str, report: Report) -> None:
+    """One Ray task, started with the variables memrl forwards to verl's workers, reports which of them it sees."""
+    try:
+        import ray
+    except ImportError:
+        report.problems.append("ray: not importable, but a Ray address is given")
+        return
+    from memrl.train.verl_main import forwarded_env
+
+    wanted = forwarded_env(os.environ | {"WANDB_MODE": os.environ.get("WANDB_MODE", "offline")})
+    try:
+        local = {"num_cpus": 1, "include_dashboard": False} if address == "local" else {"address": address}
+        ray.init(runtime_env={"env_vars": wanted}, **local)
+        seen = ray.get(ray.remote(_present).remote(sorted(wanted)))
+    except Exception as exc:
+        report.problems.append(f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return
+    finally:
+        ray.shutdown()
+    missing = sorted(set(wanted) - set(seen))
+    if missing:
+        report.problems.append(f"ray: a worker does not see {', '.join(missing)}")
+    else:
+        report.checks.append(("ray", f"a worker sees {len(wanted)} forwarded variables"))
+
+
+def _present(names: list[str]) -> list[str]:
+    """Run in a Ray worker: which of `names` its environment holds."""
+    return [n for n in names if n in os.environ]
+
+
+def _writable(run_dir: Path, report: Report) -> None:
+    """The run folder, or the nearest folder above it that exists (a run creates the rest)."""
+    existing = run_dir.resolve()
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        report.problems.append(f"output: cannot write under {existing} ({exc.strerror})")
+        return
+    report.checks.append(("output", f"{run_dir} writable"))

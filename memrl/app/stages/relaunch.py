@@ -1,0 +1,70 @@
+"""The one way a stage leaves `memrl run`'s process to train as several processes (or on one pinned GPU).
+
+The launched command runs `memrl.app.stage_main` (STAGE_ENTRY) on the run's resolved recipe, once per process;
+each process runs the same stage kind, sees the launcher's WORLD_SIZE and trains in-process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from memrl.app.context import RESOLVED_NAME, RunContext
+from memrl.core.errors import MemrlError
+from memrl.train import distributed
+from memrl.train.config import ClusterConfig
+from memrl.train.launch import format_command, run_logged
+from memrl.train.trl_common import is_finished
+
+STAGE_ENTRY = "memrl.app.stage_main"
+TRL_LOG = "trl.log"  # a relaunched TRL stage's output, in its stage folder
+
+
+def resolved_recipe(ctx: RunContext) -> Path:
+    """What the launched processes read: the recipe `memrl run` wrote into the run folder."""
+    return ctx.run_dir / RESOLVED_NAME
+
+
+def shown(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """The command as a shell takes it, with the variables the launch adds in front."""
+    prefix = " ".join(f"{name}={value}" for name, value in (env or {}).items())
+    return f"{prefix} {format_command(argv)}" if prefix else format_command(argv)
+
+
+def relaunch(
+    argv: Sequence[str], ctx: RunContext, name: str, *, launcher: str, log: str, env: Mapping[str, str] | None = None
+) -> Path:
+    """Run the launch (its output to the console and `log` in the stage folder); the stage's `final/` must exist
+    after it. `${NAME}` references (multi-node rendezvous) are filled from this environment."""
+    out = ctx.stage_dir(name)
+    log_path = out / log
+    full_env = dict(os.environ) | dict(env or {})
+    name_shown = f"stage {name} ({launcher})"
+    run_logged(distributed.resolve_refs(argv), log_path, name=name_shown, shown=shown(argv, env), env=full_env)
+    if not is_finished(out):
+        raise MemrlError(f"stage {name}: {launcher} finished but wrote no {out / 'final'}; see {log_path}")
+    return out / "final"
+
+
+def trl_stage_launch(cluster: ClusterConfig, ctx: RunContext, name: str) -> distributed.Launch | None:
+    """How a TRL stage leaves this process (see `memrl.train.distributed.trl_launch`); None: it trains here."""
+    visible = distributed.visible_gpus()
+    return distributed.trl_launch(
+        STAGE_ENTRY, resolved_recipe(ctx), name, cluster, visible, inside=distributed.launched()
+    )
+
+
+def run_trl(cluster: ClusterConfig, ctx: RunContext, name: str, train: Callable[[], Path]) -> Path:
+    """`train()` here (CPU, one GPU, or one rank of a launch), else the same stage relaunched on this node's GPUs."""
+    if (launch := trl_stage_launch(cluster, ctx, name)) is None:
+        return train()
+    ctx.console.print(f"{name}: {launch.launcher}")
+    return relaunch(launch.argv, ctx, name, launcher=launch.launcher, log=TRL_LOG, env=launch.env)
+
+
+def plan_trl(cluster: ClusterConfig, ctx: RunContext, name: str, what: str) -> list[str]:
+    """`what` in-process, or the launch command that runs it."""
+    if (launch := trl_stage_launch(cluster, ctx, name)) is None:
+        return [f"{what} in-process"]
+    return [f"{what} under {launch.launcher}", shown(launch.argv, launch.env)]

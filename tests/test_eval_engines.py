@@ -1,0 +1,51 @@
+"""`eval reflector` builds one in-process engine per model (base, SFT, GRPO): each must be freed before the next.
+
+vLLM does not run on CPU, so the vLLM backend's close is checked against a stand-in with vLLM 0.24's shape (the
+`LLM.llm_engine.engine_core` client whose `shutdown` stops the engine-core process, and
+`vllm.distributed.cleanup_dist_env_and_memory`); where vLLM is installed the same names are checked on the real one.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from memrl.rollout.vllm_local import VLLMBackend
+
+
+def _stand_in(log: list[str]) -> tuple[ModuleType, ModuleType]:
+    vllm, dist = ModuleType("vllm"), ModuleType("vllm.distributed")
+
+    class LLM:
+        def __init__(self, model: str, **_: object) -> None:
+            log.append(f"build {model}")
+            core = SimpleNamespace(shutdown=lambda timeout=None: log.append(f"shutdown {model}"))
+            self.llm_engine = SimpleNamespace(engine_core=core)
+
+    vllm.LLM = LLM  # type: ignore[attr-defined]
+    vllm.distributed = dist  # type: ignore[attr-defined]
+    dist.cleanup_dist_env_and_memory = lambda shutdown_ray=False: log.append("cleanup")  # type: ignore[attr-defined]
+    return vllm, dist
+
+
+def test_each_vllm_engine_is_shut_down_before_the_next_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    log: list[str] = []
+    vllm, dist = _stand_in(log)
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.distributed", dist)
+    for model in ("base", "sft"):
+        backend = VLLMBackend(model)
+        backend.close()
+        backend.close()  # a second close is harmless
+        assert not hasattr(backend, "engine")  # no reference left to keep the engine alive
+    assert log == ["build base", "shutdown base", "cleanup", "build sft", "shutdown sft", "cleanup"]
+
+
+def test_the_real_vllm_has_the_cleanup_this_relies_on() -> None:
+    pytest.importorskip("vllm")  # GPU machines only
+    from vllm.distributed import cleanup_dist_env_and_memory
+    from vllm.v1.engine.core_client import EngineCoreClient
+
+    assert callable(cleanup_dist_env_and_memory) and callable(EngineCoreClient.shutdown)

@@ -1,0 +1,121 @@
+"""Running one recipe stage as several processes: the launcher command (torchrun, `accelerate launch`), how many
+processes a TRL stage takes, and the environment that pins a one-GPU stage to its device.
+
+The launched module runs `RECIPE --stage NAME` in each process. Several nodes: every node runs the same `memrl run`
+with NODE_RANK and MASTER_ADDR (and MASTER_PORT) set; the printed command keeps those as `${NAME}` references, filled
+from each node's own environment (`resolve_refs`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from memrl.core.envrefs import substitute
+from memrl.core.errors import ConfigError
+from memrl.train.config import ClusterConfig
+
+# Set by torchrun and `accelerate launch` in every process they start: such a process is one of the launch's ranks.
+LAUNCHED_VAR = "WORLD_SIZE"
+MULTI_NODE_REFS = ("${NODE_RANK}", "${MASTER_ADDR}", "${MASTER_PORT:-29500}")
+
+
+def launched(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process was started by a distributed launcher (it then trains in-process, as one rank)."""
+    return LAUNCHED_VAR in (os.environ if environ is None else environ)
+
+
+def world_size(environ: Mapping[str, str] | None = None) -> int:
+    """Processes training together: the launcher's world size, else 1."""
+    return int((os.environ if environ is None else environ).get(LAUNCHED_VAR, "1"))
+
+
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process sees, named as CUDA_VISIBLE_DEVICES names them (indexes when it is unset)."""
+    import torch
+
+    count = torch.cuda.device_count()  # reads NVML, honours CUDA_VISIBLE_DEVICES, does not initialise CUDA
+    named = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return named[:count] if len(named) >= count else [str(i) for i in range(count)]
+
+
+def _tool(name: str) -> str:
+    """A console script of this interpreter's environment, else whatever PATH finds."""
+    local = Path(sys.executable).with_name(name)
+    return str(local) if local.is_file() else name
+
+
+def _entry(entry: str, recipe: Path, stage: str) -> list[str]:
+    return ["-m", entry, str(recipe), "--stage", stage]
+
+
+def torchrun_command(entry: str, recipe: Path, stage: str, cluster: ClusterConfig) -> list[str]:
+    """torchrun running module `entry` once per GPU of the cluster on `recipe --stage stage`."""
+    if cluster.ray_address is not None:
+        raise ConfigError(f"stages.{stage}.cluster.ray_address: this stage launches with torchrun, not Ray")
+    argv = [_tool("torchrun"), f"--nnodes={cluster.nnodes}"]
+    if cluster.nnodes == 1:
+        argv.append("--standalone")
+    else:
+        rank, addr, port = MULTI_NODE_REFS
+        argv += [f"--node-rank={rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint={addr}:{port}"]
+    return [*argv, f"--nproc-per-node={cluster.gpus_per_node}", *_entry(entry, recipe, stage)]
+
+
+def accelerate_command(entry: str, recipe: Path, stage: str, cluster: ClusterConfig, per_node: int) -> list[str]:
+    """`accelerate launch`, TRL's own launcher, running module `entry` in `per_node` processes on each node."""
+    argv = [
+        _tool("accelerate"),
+        "launch",
+        "--multi_gpu",
+        f"--num_processes={per_node * cluster.nnodes}",  # accelerate counts processes over all nodes
+        f"--num_machines={cluster.nnodes}",
+        "--mixed_precision=no",  # the trainer's own config picks bf16; said here only to keep accelerate quiet
+        "--dynamo_backend=no",
+    ]
+    if cluster.nnodes > 1:
+        rank, addr, port = MULTI_NODE_REFS
+        argv += [f"--machine_rank={rank}", f"--main_process_ip={addr}", f"--main_process_port={port}"]
+    return [*argv, *_entry(entry, recipe, stage)]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a stage leaves this process: the command and what it adds to the environment."""
+
+    argv: list[str]
+    env: dict[str, str]
+    launcher: str  # named in logs and errors
+
+
+def trl_launch(
+    entry: str, recipe: Path, stage: str, cluster: ClusterConfig, visible: Sequence[str], *, inside: bool = False
+) -> Launch | None:
+    """How a TRL stage runs given the GPUs this process sees; None: in this process.
+
+    TRL 1.16's trainers refuse one process that sees several GPUs (`args.n_gpu > 1`: `nn.DataParallel`). So with
+    several visible GPUs the stage never runs here: one GPU per process, `cluster.gpus_per_node` of them (at most
+    what is visible) under `accelerate launch`, or a single process pinned to the first GPU. `inside`: this process
+    already is one rank of a launch. CPU or one visible GPU: in this process, as before.
+    """
+    if inside or len(visible) <= 1:
+        return None
+    per_node = min(cluster.gpus_per_node, len(visible))
+    pinned = {"CUDA_VISIBLE_DEVICES": ",".join(visible[:per_node])}
+    if per_node == 1 and cluster.nnodes == 1:
+        return Launch([sys.executable, *_entry(entry, recipe, stage)], pinned, f"one process on GPU {visible[0]}")
+    argv = accelerate_command(entry, recipe, stage, cluster, per_node)
+    return Launch(argv, pinned, f"accelerate launch, {per_node} processes per node")
+
+
+def resolve_refs(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Fill `${NAME}` / `${NAME:-default}` from the environment; an unset name without default fails in one line.
+    (`memrl.train.launch.format_command` prints the command with the references left for the shell.)"""
+    return [substitute(arg, environ, message=_unset) for arg in argv]
+
+
+def _unset(name: str) -> str:
+    return f"multi-node training: set {name} on every node (NODE_RANK, MASTER_ADDR)"
