@@ -136,3 +136,71 @@ def llamafactory_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     return env_dir
+
+
+def _ray_pids(root: Path) -> list[int]:
+    """Every process of the Ray cluster under `root`: by command line, or by an open file (agents rename themselves)."""
+    mark, pids = str(root), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            texts = [(entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")]
+            texts += [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+        except OSError:
+            continue
+        if any(mark in text for text in texts):
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture(scope="session")
+def ray_head(model_cache: Path) -> Iterator[dict[str, str]]:
+    """One local Ray head for the session (opt-in): the env vars that make a CLI's `ray.init()` join it.
+
+    Each `memrl eval ...` run otherwise starts (and stops) its own local Ray, 20-30 s apiece on a loaded machine;
+    joining a running head takes about a second. Its processes inherit this env (MEMRL_CACHE, offline, 1 thread),
+    so actors see what a CLI-started Ray would give them; every port is picked free and its temp dir is its own, so
+    it never meets another Ray on this host; teardown kills exactly its processes.
+    """
+    import contextlib
+    import shutil
+    import signal
+    import tempfile
+    import time
+
+    from memrl.rollout.serve import free_port
+
+    root = Path(tempfile.mkdtemp(prefix="mrt", dir="/tmp"))  # socket paths must stay under 107 characters
+    env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}  # ~/.ray may hold a token: not for this one
+    port = free_port()
+    flags = ("--ray-client-server-port", "--node-manager-port", "--object-manager-port", "--metrics-export-port",
+             "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port")  # fmt: skip
+    argv = [
+        str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port), "--include-dashboard",
+        "false", "--node-ip-address", "127.0.0.1", "--num-cpus", "4", "--object-store-memory", str(200 * 2**20),
+        "--temp-dir", str(root), "--disable-usage-stats", *(x for flag in flags for x in (flag, str(free_port()))),
+    ]  # fmt: skip
+    try:
+        head = subprocess.run(
+            argv, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=180
+        )
+        assert head.returncode == 0, head.stderr[-2000:]
+        yield {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
+    finally:
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
+            for pid in _ray_pids(root):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + wait
+            while _ray_pids(root) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_ray(ray_head: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """This test's CLI runs (they inherit os.environ) join the session's Ray head instead of starting their own."""
+    for key, value in ray_head.items():
+        monkeypatch.setenv(key, value)
+    return ray_head

@@ -156,31 +156,47 @@ def _assert_spread(nodes: set[str], cluster: Cluster) -> None:
     assert nodes == alive  # envs.actors.spawn_workers deals workers round-robin over the live nodes
 
 
-@pytest.mark.slow
-def test_collab_eval_spreads_over_both_nodes(
-    cluster: Cluster, tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI
-) -> None:
-    out = tmp_path / "collab"
-    result = memrl_cli(
-        "eval", "collab", "--model", tiny_qwen2, "--users", "2", "--sessions", "1", "--max-turns", "2",
+@dataclass
+class Background:
+    """A `memrl` CLI run started in the background: `wait()` gives its exit code, stdout and stderr."""
+
+    process: subprocess.Popen[str]
+    out: Path
+
+    def wait(self, timeout: float = 600) -> tuple[int, str, str]:
+        code = self.process.wait(timeout=timeout)
+        return code, (self.out / "cli.stdout").read_text(), (self.out / "cli.stderr").read_text()
+
+
+@pytest.fixture(scope="module")
+def collab_eval(cluster: Cluster, tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Background]:
+    """`memrl eval collab` against the cluster's GCS, started once and left running: the launch test's Ray job runs
+    beside it (both spread their actors over the two nodes; the actors ask for no CPU), and the collab test reads it."""
+    from conftest import MEMRL_ARGV
+
+    root = tmp_path_factory.mktemp("collab-eval")
+    out = root / "collab"
+    argv = [
+        *MEMRL_ARGV, "eval", "collab", "--model", tiny_qwen2, "--users", "2", "--sessions", "1", "--max-turns", "2",
         "--max-tokens", "8", "--reflection-max-tokens", "8", "--workers", "2", "--ray-address", cluster.gcs,
-        "--out", str(out), env=_env(),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    records = _records(out / "sessions.jsonl")
-    assert len(records) == 2
-    assert len({r["key"] for r in records}) == 2
-    assert {r["session"] for r in records} == {0}
-    assert len({r["user_id"] for r in records}) == 2
-    assert all(r["turns"] for r in records)
-    # Each worker records the node it ran on: two workers spread over two nodes run one session each.
-    _assert_spread({r["node"] for r in records}, cluster)
+        "--out", str(out),
+    ]  # fmt: skip
+    with open(root / "cli.stdout", "w") as stdout, open(root / "cli.stderr", "w") as stderr:
+        process = subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True, env=_env())
+    run = Background(process, root)
+    try:
+        yield run
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @pytest.mark.slow
 def test_launch_runs_a_stage_as_a_ray_job(
-    cluster: Cluster, tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI
+    cluster: Cluster, collab_eval: Background, tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:
+    # `collab_eval` is requested only to start it now: it runs beside this job, test_collab_eval_... reads it.
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     work, run_dir = tmp_path / "work", tmp_path / "run"
@@ -215,6 +231,21 @@ def test_launch_runs_a_stage_as_a_ray_job(
     for path in written:
         assert SECRET.encode() not in path.read_bytes(), path
     _assert_spread(nodes, cluster)  # the job's collab actors used both nodes
+
+
+@pytest.mark.slow
+def test_collab_eval_spreads_over_both_nodes(cluster: Cluster, collab_eval: Background) -> None:
+    code, _, stderr = collab_eval.wait()
+    assert code == 0, stderr[-3000:]
+    out = collab_eval.out / "collab"
+    records = _records(out / "sessions.jsonl")
+    assert len(records) == 2
+    assert len({r["key"] for r in records}) == 2
+    assert {r["session"] for r in records} == {0}
+    assert len({r["user_id"] for r in records}) == 2
+    assert all(r["turns"] for r in records)
+    # Each worker records the node it ran on: two workers spread over two nodes run one session each.
+    _assert_spread({r["node"] for r in records}, cluster)
 
 
 # A verl stage's Ray job, its entrypoint swapped for this probe: is the key there, and on any command line of the host?
@@ -331,12 +362,32 @@ def test_verl_workers_on_every_node_see_the_jobs_environment(
 
 
 @pytest.mark.slow
-def test_dry_run_prints_every_stage_and_masks_secrets(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+def test_dry_run_prints_every_stage_and_masks_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Both dry runs in this process (`memrl.app.cli.main.main`, as the `memrl` script runs it): they start nothing,
+    so a fresh interpreter per run would only add its start-up."""
+    from memrl.app.cli.main import main
+
+    def memrl_here(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        with monkeypatch.context() as patch:
+            patch.chdir(work)
+            for name, value in _env(**env).items():
+                patch.setenv(name, value)
+            capfd.readouterr()
+            try:
+                main(list(args))
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
     work, run_dir = tmp_path / "work", tmp_path / "run"
     work.mkdir()
-    result = memrl_cli(
+    result = memrl_here(
         "launch", "quickstart", "--ray-address", "http://127.0.0.1:9", "--dry-run", f"output_dir={run_dir}",
-        cwd=work, env=_env(WANDB_API_KEY=SECRET, HF_TOKEN=SECRET, MEMRL_PLAIN="shown"),
+        WANDB_API_KEY=SECRET, HF_TOKEN=SECRET, MEMRL_PLAIN="shown",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
@@ -358,10 +409,9 @@ def test_dry_run_prints_every_stage_and_masks_secrets(tmp_path: Path, memrl_cli:
     assert not (work / ".memrl-launch").exists()
 
     # verl: the stage runs inside its job and joins the cluster; the recipe's nodes and GPUs reach verl.
-    verl = memrl_cli(
-        "launch", "reflector-qwen2.5-7b", "--ray-address", "http://head:8265", "--dry-run", "--stage", "grpo",
-        cwd=work, env=_env(),
-    )  # fmt: skip
+    verl = memrl_here(
+        "launch", "reflector-qwen2.5-7b", "--ray-address", "http://head:8265", "--dry-run", "--stage", "grpo"
+    )
     assert verl.returncode == 0, verl.stderr[-3000:]
     assert "-m memrl.train.verl_main" in verl.stdout
     assert "+ray_kwargs.ray_init.address=auto" in verl.stdout

@@ -12,8 +12,10 @@ from conftest import MemrlCLI
 
 
 def _env() -> dict[str, str]:
-    """One thread per CLI process, and wide enough that rich does not wrap."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    """One thread per CLI process, wide enough that rich does not wrap, and (unless RAY_ADDRESS is set) a Ray of its
+    own, as `ray_address: null` means, never a cluster some other process left behind with `ray start`, whose dead
+    address in /tmp/ray would stall ray.init for minutes."""
+    return {"RAY_ADDRESS": "local", **os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
@@ -71,14 +73,19 @@ def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Pa
 
 @pytest.mark.slow
 def test_unreachable_endpoint_fails_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    """Every session failed: the run fails in one line, after writing metrics that say so (no retries: the client's
+    backoff only adds seconds to the same verdict)."""
+    out = tmp_path / "o"
     result = memrl_cli(
-        "eval", "collab", "--users", "1", "--sessions", "1", "--model", "m@http://127.0.0.1:9/v1", "--out",
-        str(tmp_path / "o"), env=_env(),
+        "eval", "collab", "--users", "1", "--sessions", "1", "--model", "m@http://127.0.0.1:9/v1", "--max-retries",
+        "0", "--out", str(out), env=_env(),
     )  # fmt: skip
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("memrl: error: user ")
     assert "unreachable" in last
+    metrics = json.loads((out / "metrics.json").read_text())  # written, though the run failed
+    assert metrics["sessions"] == 0 and metrics["failed_sessions"] == 1
 
 
 @pytest.mark.slow
@@ -145,9 +152,11 @@ def test_unreachable_ray_cluster_fails_in_one_line(tmp_path: Path, memrl_cli: Me
     from memrl.rollout.serve import free_port
 
     address = f"127.0.0.1:{free_port()}"
+    # An endpoint model: nothing to serve before Ray is reached (the default in-process model would start a server).
     result = memrl_cli(
-        "eval", "collab", "--users", "1", "--ray-address", address, "--out", tmp_path / "o", timeout=120, env=_env()
-    )
+        "eval", "collab", "--users", "1", "--model", "m@http://127.0.0.1:9/v1", "--ray-address", address, "--out",
+        tmp_path / "o", timeout=120, env=_env(),
+    )  # fmt: skip
     assert result.returncode == 2
     assert (
         result.stderr.strip()

@@ -109,12 +109,34 @@ def judger_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _memrl_here(*args: object, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    """`memrl ARGS` in this process (`memrl.app.cli.main.main`, as the `memrl` script runs it): (exit code, stderr).
+    The stages below train in this process (or under torchrun, in processes of their own) either way: a fresh
+    interpreter for the CLI would only add its start-up."""
+    import contextlib
+
+    from memrl.app.cli.main import main
+
+    err = io.StringIO()
+    with monkeypatch.context() as patch, contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        patch.chdir(cwd)
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, err.getvalue()
+
+
 @pytest.mark.slow
 def test_end_to_end_on_the_mstod_fixture(
-    judger_data: Path, tmp_path: Path, model_cache: Path, memrl_cli: MemrlCLI
+    judger_data: Path, tmp_path: Path, model_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run = memrl_cli("run", "judger-minilm-cpu", "--smoke", f"data={judger_data}", "output_dir=run", cwd=tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
+    code, stderr = _memrl_here(
+        "run", "judger-minilm-cpu", "--smoke", f"data={judger_data}", "output_dir=run", cwd=tmp_path,
+        monkeypatch=monkeypatch,
+    )  # fmt: skip
+    assert code == 0, stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "eval" / "metrics.json").read_text())
     assert {"recall@5", "retrieval_recall@5", "judger_recall@5", "auc", "alpha_sweep"} <= set(metrics)
     assert metrics["queries"] > 0 and metrics["positives"] > 0
@@ -141,15 +163,18 @@ stages:
 
 @pytest.mark.slow
 def test_two_processes_run_under_torchrun_and_save_an_adapter(
-    judger_data: Path, tmp_path: Path, tiny_qwen2: str, memrl_cli: MemrlCLI
+    judger_data: Path, tmp_path: Path, tiny_qwen2: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The multi-GPU path on CPU: torchrun starts two processes (gloo); the adapter is saved, merged on load."""
     from memrl.rollout.judger import JudgerInput, load_judger
     from memrl.train.judger.data import read_pairs
 
     (tmp_path / "two.yaml").write_text(DISTRIBUTED)
-    result = memrl_cli("run", "two.yaml", f"data={judger_data}", "output_dir=run", "--stage", "judger", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, stderr = _memrl_here(
+        "run", "two.yaml", f"data={judger_data}", "output_dir=run", "--stage", "judger", cwd=tmp_path,
+        monkeypatch=monkeypatch,
+    )  # fmt: skip
+    assert code == 0, stderr[-3000:]
     assert "--nproc-per-node=2 -m memrl.app.stage_main" in (tmp_path / "run" / "judger" / "judger.log").read_text()
     final = tmp_path / "run" / "judger" / "final"
     assert json.loads((final / "memrl_judger.json").read_text())["adapter"] is True

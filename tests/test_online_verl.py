@@ -221,11 +221,24 @@ def test_the_user_key_never_lands_in_the_data(monkeypatch: pytest.MonkeyPatch) -
     assert loaded.env.user_model.api_key.get_secret_value() == "sk-user"
 
 
-def test_the_7b_recipe_dry_run_prints_the_checked_command(tmp_path: Path, memrl_cli: Any) -> None:
+def test_the_7b_recipe_dry_run_prints_the_checked_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`memrl run --dry-run` in this process (`memrl.app.cli.main.main`, as the `memrl` script runs it), where verl
+    has been imported by the tests above: a dry run starts nothing, a fresh interpreter would only import verl again."""
+    from memrl.app.cli.main import main
+
     run = tmp_path / "run"
-    result = memrl_cli("run", "collaborator-qwen2.5-7b", "--dry-run", f"output_dir={run}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    text = result.stdout + result.stderr
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
+    try:
+        main(["run", "collaborator-qwen2.5-7b", "--dry-run", f"output_dir={run}"])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capfd.readouterr()
+    assert code == 0, err[-2000:]
+    text = out + err
     assert "-m memrl.train.verl_main" in text and "actor_rollout_ref.rollout.mode=async" in text
     assert "memrl.rewards.verl_advantage,memrl.train.online.verl_agent_loop" in text
     assert f"data.train_files={run}/collab/data/train.parquet" in text

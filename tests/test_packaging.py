@@ -172,9 +172,35 @@ def test_cpu_install_leaves_out_gpu_packages_and_verls_test_tools() -> None:
     assert {"deepspeed", "vllm", "verl"} <= _closure(_requirements(GPU_EXTRAS))
 
 
+# What TaskRunnerV1 (verl.trainer.main_ppo) imports on its way to training, and what its Ray workers import: the V1
+# trainers and agent-loop workers over TransferQueue, the FSDP engine workers, the rollout client, the reward loop,
+# the SFT trainers, the legacy Ray trainer, and memrl's modules that VERL_USE_EXTERNAL_MODULES names (and its check).
+VERL_MODULES = (
+    "transfer_queue",
+    "verl.trainer.main_ppo",
+    "verl.trainer.ppo.ray_trainer",
+    "verl.trainer.ppo.v1",
+    "verl.trainer.ppo.v1.trainer_sync",
+    "verl.trainer.ppo.v1.agent_loop_tq",
+    "verl.trainer.ppo.v1.replay_buffer",
+    "verl.workers.engine_workers",
+    "verl.workers.engine.fsdp.transformer_impl",
+    "verl.workers.rollout.llm_server",
+    "verl.experimental.agent_loop",
+    "verl.experimental.reward_loop",
+    "verl.checkpoint_engine",
+    "verl.trainer.sft_trainer",
+    "verl.trainer.sft_trainer_ray",
+    "memrl.rewards.verl_advantage",
+    "memrl.train.online.verl_agent_loop",
+    "memrl.train.verl_validate",
+)
+
+
 @pytest.mark.slow  # about 20 s of imports (torch, ray, verl)
 def test_verl_trainers_import_without_verl_core() -> None:
-    """What verl's `verl-core` extra adds beyond memrl's CPU install is absent, and its trainers still import."""
+    """What verl's `verl-core` extra adds beyond memrl's CPU install is absent, and every module of verl's V1 runner,
+    its workers and its trainers still imports (one interpreter for test_verl_rehearsal's list and this one's)."""
     core = _closure([Requirement("verl[verl-core]")]) - _closure(_requirements(CPU_EXTRAS))
     assert {"torchcodec", "nvtx", "qwen-vl-utils"} <= core
     assert {"cachetools", "uvicorn", "fastapi"}.isdisjoint(core)  # declared by memrl's verl extra
@@ -183,12 +209,15 @@ def test_verl_trainers_import_without_verl_core() -> None:
     installed = {m for m, dists in owners.items() if {canonicalize_name(d) for d in dists} & core}
     blocked = sorted(installed | {"torchcodec", "nvtx", "qwen_vl_utils"})
     code = (
-        f"import sys; sys.modules.update(dict.fromkeys({blocked!r}))\n"  # None in sys.modules: the import fails
-        "import verl.trainer.main_ppo, verl.trainer.ppo.ray_trainer, verl.trainer.sft_trainer\n"
-        "import memrl.rewards.verl_advantage, memrl.train.verl_validate\n"
-        "print('ok')"
+        f"import importlib, sys; sys.modules.update(dict.fromkeys({blocked!r}))\n"  # None in sys.modules: it fails
+        f"for name in {VERL_MODULES!r}: importlib.import_module(name)\n"
+        "from verl.trainer.main_ppo import TaskRunnerV1\n"
+        "from verl.trainer.ppo.v1 import get_trainer_cls\n"
+        "print(get_trainer_cls('sync').__name__)"
     )
-    assert _python(code, cwd=REPO).strip().endswith("ok")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("PPOTrainerSync")
 
 
 def test_pytest_settings_need_no_plugin_the_dev_extra_lacks(tmp_path: Path) -> None:

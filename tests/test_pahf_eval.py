@@ -35,11 +35,14 @@ def _check(metrics: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")  # join the session's Ray head: no Ray start-up (10-30 s here) per run
 def test_tiny_model_runs_all_phases_and_resumes(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "run"
     base = ["eval", "pahf", "--domain", "shopping", "--agent", "pahf", "--memory", "sqlite", "--users", "2",
             "--scenarios", "2", "--model", "tiny-qwen2", "--max-tokens", "8", "--data", str(DATA),
-            "--out", str(out)]  # fmt: skip
+            "--workers", "1", "--out", str(out)]  # fmt: skip
+    # One actor holds tiny-qwen2 in process for both users: two workers would add a model server's start-up
+    # (the served-once path is test_tod_eval's smollm2 test; the HTTP client's is the unreachable-endpoint test).
     result = memrl_cli(*base, env=_env())
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads(result.stdout)
@@ -74,6 +77,7 @@ def test_tiny_model_runs_all_phases_and_resumes(tmp_path: Path, memrl_cli: Memrl
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")  # join the session's Ray head: no Ray start-up (10-30 s here) per run
 def test_default_model_path_with_faiss(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """The embedded smollm2 (the default --model), served once, one user and one scenario per phase."""
     out = tmp_path / "smol"
@@ -93,6 +97,7 @@ def test_default_model_path_with_faiss(tmp_path: Path, memrl_cli: MemrlCLI) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")  # join the session's Ray head: no Ray start-up (10-30 s here) per run
 def test_embodied_domain_with_the_llm_user(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """Embodied, all 4 phases (set A learns, set B tests), post-action corrections from the persona LLM."""
     out = tmp_path / "emb"
@@ -127,6 +132,7 @@ def test_bad_inputs_fail_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")  # join the session's Ray head: no Ray start-up (10-30 s here) per run
 def test_unreachable_endpoint_fails_its_tasks_in_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """Every task's endpoint fails after the client's retries: each is logged as failed and the run says why."""
     import socket

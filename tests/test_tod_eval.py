@@ -69,6 +69,7 @@ def judger(judger_data: Path, tmp_path_factory: pytest.TempPathFactory, model_ca
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")  # join the session's Ray head: no Ray start-up (10-30 s here) per run
 def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     out = tmp_path / "run"
     base = ["eval", "tod", "--data", str(DATA), "--schema", str(DATA / "schema.json"), "--reader", "template",
@@ -111,6 +112,7 @@ def test_template_run_writes_metrics_and_resumes_without_recomputing(tmp_path: P
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")  # join the session's Ray head: no Ray start-up (10-30 s here) per run
 def test_release_folder_with_bare_names_and_a_broken_file(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     """The release as published: bare service names resolved against an SGD folder, a foreign slot, a bad file."""
     data = tmp_path / "release"
@@ -140,6 +142,7 @@ def test_release_folder_with_bare_names_and_a_broken_file(tmp_path: Path, memrl_
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")  # join the session's Ray head: no Ray start-up (10-30 s here) per run
 def test_smollm2_reader_and_a_trained_judger_on_the_eval_split(
     judger: Path, judger_data: Path, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:
