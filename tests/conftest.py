@@ -138,9 +138,10 @@ def llamafactory_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env_dir
 
 
-def _ray_pids(root: Path) -> list[int]:
-    """Every process of the Ray cluster under `root`: by command line, or by an open file (agents rename themselves)."""
-    mark, pids = str(root), []
+def ray_pids(roots: list[Path]) -> list[int]:
+    """Every process of the Ray clusters under `roots` (their temp dirs): by command line, or by an open file (Ray's
+    agents rename themselves, `ray::DashboardAgent`, but their open logs still say which cluster they serve)."""
+    marks, pids = [str(r) for r in roots], []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -149,9 +150,27 @@ def _ray_pids(root: Path) -> list[int]:
             texts += [os.readlink(fd) for fd in (entry / "fd").iterdir()]
         except OSError:
             continue
-        if any(mark in text for text in texts):
+        if any(mark in text for text in texts for mark in marks):
             pids.append(int(entry.name))
     return pids
+
+
+def stop_ray(roots: list[Path]) -> None:
+    """Stop exactly the Ray clusters under `roots` (TERM, then KILL) and remove their temp dirs."""
+    import contextlib
+    import shutil
+    import signal
+    import time
+
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
+        for pid in ray_pids(roots):
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while ray_pids(roots) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    for root in roots:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -163,11 +182,7 @@ def ray_head(model_cache: Path) -> Iterator[dict[str, str]]:
     so actors see what a CLI-started Ray would give them; every port is picked free and its temp dir is its own, so
     it never meets another Ray on this host; teardown kills exactly its processes.
     """
-    import contextlib
-    import shutil
-    import signal
     import tempfile
-    import time
 
     from memrl.rollout.serve import free_port
 
@@ -188,14 +203,7 @@ def ray_head(model_cache: Path) -> Iterator[dict[str, str]]:
         assert head.returncode == 0, head.stderr[-2000:]
         yield {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
     finally:
-        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
-            for pid in _ray_pids(root):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + wait
-            while _ray_pids(root) and time.monotonic() < deadline:
-                time.sleep(0.2)
-        shutil.rmtree(root, ignore_errors=True)
+        stop_ray([root])
 
 
 @pytest.fixture

@@ -7,11 +7,8 @@ never with `ray stop`, which would stop every other Ray instance on the machine 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MemrlCLI
+from conftest import MemrlCLI, stop_ray
 
 from memrl.rollout.serve import free_port
 
@@ -74,41 +71,6 @@ def _node_args(root: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _ray_processes(roots: list[Path]) -> list[int]:
-    marks = [str(r) for r in roots]
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if any(mark in text for text in (cmdline, *_open_files(entry)) for mark in marks):
-            pids.append(int(entry.name))
-    return pids
-
-
-def _open_files(proc: Path) -> list[str]:
-    """Ray's agents rename themselves (`ray::DashboardAgent`): their open logs still say which cluster they serve."""
-    try:
-        return [os.readlink(fd) for fd in (proc / "fd").iterdir()]
-    except OSError:
-        return []
-
-
-def _stop(roots: list[Path]) -> None:
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
-        for pid in _ray_processes(roots):
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while _ray_processes(roots) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    for root in roots:
-        shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def cluster(model_cache: Path) -> Iterator[Cluster]:
     # Short temp dirs: Ray's socket paths live under them and must stay under the OS limit of 107 characters.
@@ -142,7 +104,7 @@ def cluster(model_cache: Path) -> Iterator[Cluster]:
         print(f"two-node cluster up in {time.monotonic() - started:.1f}s")
         yield found
     finally:
-        _stop(roots)
+        stop_ray(roots)
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
