@@ -138,6 +138,28 @@ def llamafactory_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env_dir
 
 
+def memrl_in_process(argv: list[object], cwd: Path | None = None) -> tuple[int, str]:
+    """`memrl ARGV` in this process (`memrl.app.cli.main.main`, as the `memrl` script runs it), from `cwd`:
+    (exit code, stderr). Saves a fresh interpreter's start-up where a test needs no process of its own."""
+    import contextlib
+    import io
+
+    from memrl.app.cli.main import main
+
+    err = io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if cwd is not None:
+            stack.enter_context(contextlib.chdir(cwd))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        try:
+            main([str(a) for a in argv])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, err.getvalue()
+
+
 def ray_pids(roots: list[Path]) -> list[int]:
     """Every process of the Ray clusters under `roots` (their temp dirs): by command line, or by an open file (Ray's
     agents rename themselves, `ray::DashboardAgent`, but their open logs still say which cluster they serve)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import typer
+from conftest import memrl_in_process
 from hostile import (
     DIR_KINDS,
     FILE_KINDS,
@@ -30,7 +31,7 @@ from hostile import (
     snapshot,
 )
 
-from memrl.app.cli.main import app, main
+from memrl.app.cli.main import app
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SGD, MSTOD, PAHF = FIXTURES / "sgd", FIXTURES / "mstod", FIXTURES / "pahf"
@@ -203,19 +204,7 @@ def valid(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
 
 
-def run(argv: list[object]) -> tuple[int, str]:
-    """`memrl ARGV` in this process: (exit code, stderr)."""
-    import contextlib
-    import io
-
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            main([str(a) for a in argv])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, err.getvalue()
+run = memrl_in_process  # `memrl ARGV` in this process: (exit code, stderr)
 
 
 def assert_one_line(code: int, stderr: str, *fragments: str) -> str:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import MemrlCLI
+from conftest import MemrlCLI, memrl_in_process
 from rich.console import Console
 
 from memrl.app.recipe import load_recipe
@@ -110,22 +110,9 @@ def judger_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _memrl_here(*args: object, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
-    """`memrl ARGS` in this process (`memrl.app.cli.main.main`, as the `memrl` script runs it): (exit code, stderr).
-    The stages below train in this process (or under torchrun, in processes of their own) either way: a fresh
-    interpreter for the CLI would only add its start-up."""
-    import contextlib
-
-    from memrl.app.cli.main import main
-
-    err = io.StringIO()
-    with monkeypatch.context() as patch, contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        patch.chdir(cwd)
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, err.getvalue()
+    """`memrl ARGS` in this process: the stages below train in this process (or under torchrun, in processes of
+    their own) either way, so a fresh interpreter for the CLI would only add its start-up."""
+    return memrl_in_process(list(args), cwd=cwd)
 
 
 @pytest.mark.slow
