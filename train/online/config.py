@@ -19,7 +19,8 @@ class CollabGRPOStage(StrictModel):
 
     kind: Literal["collab_grpo"]
     trainer: Literal["trl", "verl"] = Field(
-        default="trl", description="trl: in-process, one node (CPU ok); verl: its agent loop on vLLM, GPU clusters"
+        default="trl",
+        description="trl: in-process on CPU or one GPU, accelerate on several; verl: its agent loop on vLLM",
     )
     model: str = Field(description="a key of the recipe's `models`: the base model")
     init: str | None = Field(default=None, description="an sft stage of this recipe (or a checkpoint) to start from")
@@ -44,7 +45,9 @@ class CollabGRPOStage(StrictModel):
     )
     temperature: PositiveFloat = 1.0
     checkpoints: LoggingTarget = LoggingTarget()
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="trainer verl: where the job runs")
+    cluster: ClusterConfig = Field(
+        default_factory=ClusterConfig, description="where it runs (TRL: launch size; verl: Ray)"
+    )
     placement: Placement = Field(
         default_factory=Placement, description="trainer verl: the user model on reserved GPUs of this node or elsewhere"
     )
