@@ -8,12 +8,14 @@ server that answers garbage all fail here, in one line naming the endpoint, in s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from memrl.core.errors import BackendError
 from memrl.rollout.base import Message, SamplingParams
 from memrl.rollout.config import OpenAIModelConfig
 
 PROBE_TIMEOUT_S = 15.0
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 _PROBE: list[Message] = [{"role": "user", "content": "Reply with the word ok."}]
 
 
@@ -28,6 +30,11 @@ class Endpoint:
     def label(self) -> str:
         """How a message names it: role, URL and model, never its key."""
         return f"{self.role} at {self.model.endpoint} (model {self.model.model})"
+
+
+def is_local(url: str) -> bool:
+    """Whether `url` names this host (a loopback or any-address), which means another machine on every node."""
+    return (urlsplit(url).hostname or "").lower() in LOCAL_HOSTS
 
 
 def probe(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S) -> None:

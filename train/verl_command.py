@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from memrl.core.envrefs import substitute
 from memrl.core.errors import ConfigError
@@ -28,7 +27,7 @@ from memrl.core.secrets import redact
 from memrl.rewards.config import UnscoredStop
 from memrl.rewards.unscored import unscored_env
 from memrl.rewards.verl_reward import JUDGE_KEY_ENV, OUTCOME_KEY_ENVS
-from memrl.rollout.probe import Endpoint
+from memrl.rollout.probe import Endpoint, is_local
 from memrl.train import launch, ray_jobs
 from memrl.train.config import ClusterConfig, GRPOStage
 from memrl.train.endpoints import stage_endpoints
@@ -40,7 +39,6 @@ SFT_ENTRY = "verl.trainer.sft_trainer"
 SFT_RAY_ENTRY = "verl.trainer.sft_trainer_ray"
 # What a `ray job submit` passes by reference: what verl_main forwards to the workers (the API keys are MEMRL_*).
 ENV_PASSTHROUGH = (*FORWARD_PREFIXES, MODULES_ENV)
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 RUNTIME_ENV_FLAG = "--runtime-env-json"
 RAY_SUBMIT = ["ray", "job", "submit"]
 
@@ -50,7 +48,7 @@ def refuse_local_endpoints(endpoints: list[Endpoint], cluster: ClusterConfig) ->
     if cluster.nnodes <= 1:
         return
     for endpoint in endpoints:
-        if (urlsplit(endpoint.model.endpoint).hostname or "").lower() in LOCAL_HOSTS:
+        if is_local(endpoint.model.endpoint):
             raise ConfigError(
                 f"{endpoint.label}: a local address on a {cluster.nnodes}-node stage means a different host on each "
                 "node; give an address every node reaches"

@@ -17,16 +17,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from rich.console import Console
 
 from memrl.app.config import Recipe
 from memrl.core.errors import MemrlError
 from memrl.rollout.config import OpenAIModelConfig, VLLMModelConfig
-from memrl.rollout.probe import Endpoint
+from memrl.rollout.probe import Endpoint, is_local
 
-LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 VERL_V1 = ["verl", "transfer_queue", "verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.v1.agent_loop_tq"]
 # What an attention implementation named in the overrides needs importable (sdpa and eager are torch's own).
 ATTENTION_KERNELS = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
@@ -188,7 +186,7 @@ def _endpoints(endpoints: list[Endpoint], plans: dict[str, Any], report: Report)
     for name, placed in plans.items():
         for p in placed.placed:
             for url in (u.strip() for u in p.where.split(",") if p.gpus and "://" in u):
-                if (urlsplit(url).hostname or "") not in LOCAL_HOSTS:
+                if not is_local(url):
                     report.problems.append(
                         f"stage {name}: {p.role} is placed on GPUs {','.join(map(str, p.gpus))} of this node but its "
                         f"endpoint {url} is another host: set placement.{p.role}: endpoint"
