@@ -17,6 +17,7 @@ from typing import Any
 
 from memrl.core.errors import ConfigError, MemrlError
 from memrl.core.files import atomic_write_json, atomic_writer, open_text
+from memrl.core.outcomes import NothingDoneError
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 from memrl.envs.tod.formats import Individual, LoadProblems, Session, as_dicts, load_tod_dir
 from memrl.envs.tod.labels import NEGATIVE_KINDS, label
@@ -199,6 +200,13 @@ def build_judger_dataset(
     if len(set(keys)) != len(keys):  # a memory unit with two pairs for one slot would collide
         dup = next(k for k, n in Counter(keys).items() if n > 1)
         raise TodDataError(f"{tod_dir}: memory holds two QA pairs for one slot of one session ({dup})")
+    for name, rows in splits.items():  # checked before anything is written: a trainer given no pairs fails later
+        if not rows:
+            ids = train_ids if name == "train" else eval_ids
+            raise NothingDoneError(
+                f"data judger: no {name} pairs: its {len(ids)} individual(s) have no confirming session with memory "
+                "before it; no dataset written"
+            )
     out = Path(out)
     for name, rows in splits.items():
         write_rows(rows, out / name / "pairs.jsonl")

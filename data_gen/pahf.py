@@ -27,7 +27,9 @@ from typing import Any
 
 from memrl.core.errors import ConfigError
 from memrl.core.files import read_jsonl
+from memrl.core.outcomes import Outcome, require_success
 from memrl.data_gen.writers import SFT_SCHEMA, write_jsonl, write_parquet
+from memrl.envs.actors import FailedWork
 from memrl.envs.pahf import prompts
 
 SKIP_REASONS = ("not_salient", "never_retrieved")
@@ -124,12 +126,22 @@ def _stats(records: Sequence[MemoryUpdateRecord]) -> dict[str, Any]:
     }
 
 
+def _require_finished_tasks(run_dir: Path, tasks: Sequence[Any]) -> None:
+    """A run whose tasks failed (its `failed.jsonl`) and none finished fails here in one line with the count."""
+    failed = FailedWork.outstanding(run_dir, {str(t.get("key")) for t in tasks if isinstance(t, dict)})
+    first = f"task {failed[0].get('key')}: {failed[0].get('error')}" if failed else None
+    outcome = Outcome(f"tasks of {run_dir}", len(tasks) + len(failed), len(tasks), len(failed), first)
+    require_success("data pahf", outcome, then="no dataset written; rerun the eval to run them again")
+
+
 def build_pahf_dataset(run_dir: Path, out_dir: Path, eval_users: int) -> dict[str, Any]:
     """Read `run_dir/tasks.jsonl` (a `memrl eval pahf --domain shopping` run), write the dataset, return its stats."""
     path = run_dir / "tasks.jsonl"
+    # read only: the run is the user's, a torn last line stays on disk
+    tasks = read_jsonl(path, ConfigError) if path.is_file() else []
+    _require_finished_tasks(run_dir, tasks)
     if not path.is_file():
         raise ConfigError(f"{path} does not exist (run `memrl eval pahf --domain shopping --out {run_dir}` first)")
-    tasks = read_jsonl(path, ConfigError)  # read only: the run is the user's, a torn last line stays on disk
     if not tasks:
         raise ConfigError(f"{path}: no task records")
     try:
@@ -145,7 +157,7 @@ def build_pahf_dataset(run_dir: Path, out_dir: Path, eval_users: int) -> dict[st
     for split, rows in splits.items():
         write_jsonl((asdict(r) for r in rows), out_dir / f"{split}.jsonl")
         sft = [{"messages": r.sft_messages()} for r in rows if r.reward == 1.0]
-        write_jsonl(sft, out_dir / "sft" / f"{split}.jsonl")
+        write_jsonl(sft, out_dir / "sft" / f"{split}.jsonl")  # may be empty (no note rewarded): the SFT stage says so
         write_parquet(sft, SFT_SCHEMA, out_dir / "sft" / f"{split}.parquet")
         kto = [{"prompt": r.prompt, "completion": [{"role": "assistant", "content": r.completion()}],
                 "label": r.reward == 1.0} for r in rows]  # fmt: skip

@@ -7,7 +7,6 @@ run's own reflector, a strong teacher (`teacher`). Train and eval must share no 
 
 from __future__ import annotations
 
-import json
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -15,7 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import open_text
+from memrl.core.files import open_text, parse_json
+from memrl.core.outcomes import NothingDoneError
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 from memrl.data_gen.gold import NOTES, compose_notes, compose_reasoning, gold_json
 from memrl.data_gen.records import ReflectionRecord
@@ -35,6 +35,7 @@ __all__ = [
     "build_records",
     "check_disjoint",
     "load_sessions",
+    "require_records",
     "write_dataset",
 ]
 
@@ -77,17 +78,14 @@ class Skipped:
 def load_sessions(path: str | Path) -> list[dict[str, Any]]:
     """The session records of one `sessions.jsonl`; ConfigError naming file:line on anything malformed."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():  # open_text names any other kind: "PATH: a FIFO (named pipe), not a file"
         raise ConfigError(f"sessions file not found: {path}")
     records = []
     with open_text(path, ConfigError) as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+            record = parse_json(line, f"{path}:{number}", ConfigError, line=False)
             if not isinstance(record, dict):
                 raise ConfigError(f"{path}:{number}: expected a session record (JSON object)")
             missing = [k for k in REQUIRED_KEYS if k not in record]
@@ -231,3 +229,27 @@ def build_from_sessions(
     eval_, eval_skipped = build_records(eval_sessions, gold)
     check_disjoint(train, eval_)
     return train, eval_, Skipped(train_skipped, eval_skipped)
+
+
+def require_records(
+    what: str,
+    train: Sequence[ReflectionRecord],
+    eval_: Sequence[ReflectionRecord],
+    skipped: Skipped,
+    sessions: tuple[int, int],
+) -> None:
+    """One line naming `what` when a split has no record (checked before anything is written): a trainer given an
+    empty split fails far later, and less clearly. `sessions`: the (train, eval) sessions the records came from."""
+    for split, records, skips, n in (
+        ("train", train, skipped.train, sessions[0]),
+        ("eval", eval_, skipped.eval, sessions[1]),
+    ):
+        if records:
+            continue
+        if not n:
+            raise NothingDoneError(f"{what}: no {split} sessions to build records from; no dataset written")
+        why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in skips.to_dict().items() if v and k != "total")
+        label = "training" if split == "train" else split
+        raise NothingDoneError(
+            f"{what}: no {label} records: all {n} {split} sessions were skipped ({why}); no dataset written"
+        )

@@ -5,27 +5,63 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from memrl.core.errors import MemrlError, first_line
 from memrl.core.jsonl import ResumableJsonl
+from memrl.core.secrets import redact
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 from memrl.rollout.serve import LocalServer, free_port, pick_engine, shared_server_args
 
+# The opening of an HTTP/2 connection (the client preface, then an empty SETTINGS frame): Ray's GCS is a gRPC
+# server, and a gRPC server answers it with a SETTINGS frame of its own at once.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS = 4  # the type of an HTTP/2 frame, its 4th byte
+RAY_PROBE_S = 5.0
 
-def probe_ray(address: str | None) -> None:
-    """Fail fast on a `host:port` where nothing listens: ray.init would keep retrying for minutes."""
-    if not address or address == "auto" or "://" in address:
+
+def probe_ray(address: str | None, timeout: float = RAY_PROBE_S) -> None:
+    """Fail fast, in one line, on an address that is no Ray cluster: where nothing listens, or where a server that
+    is not Ray (a web server, say) accepts the connection; ray.init would keep retrying for minutes. Takes the
+    GCS's `HOST:PORT` and a Ray client's `ray://HOST:PORT` (both gRPC servers); `auto` (a cluster Ray finds) and
+    `local` (a new one) are Ray's own."""
+    if not address or address in ("auto", "local"):
         return
-    host, _, port = address.rpartition(":")
+    scheme, sep, rest = address.rpartition("://")
+    if sep and scheme != "ray":
+        raise MemrlError(
+            f"Ray address {address!r}: give the cluster's GCS address HOST:PORT (as `ray start --head` printed it), "
+            "auto, or ray://HOST:PORT"
+        )
+    host, _, port = rest.rpartition(":")
+    tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")  # the handshake below is cleartext HTTP/2
     try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except (OSError, ValueError) as exc:
-        raise MemrlError(f"cannot connect to the Ray cluster at {address}: {exc}") from exc
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            if tls:
+                return
+            sock.sendall(_HTTP2_PREFACE)
+            head = _read(sock, 9)
+    except (OSError, ValueError, OverflowError) as exc:  # OverflowError: a port past 65535
+        raise MemrlError(f"cannot connect to the Ray cluster at {address}: {exc or type(exc).__name__}") from None
+    if len(head) < 9 or head[3] != _SETTINGS:
+        raise MemrlError(
+            f"{address} is not a Ray cluster: the server there does not speak gRPC, as Ray's GCS does (give the "
+            "address `ray start --head` printed, HOST:6379 by default)"
+        )
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    """Up to `n` bytes: fewer when the peer closes first."""
+    data = b""
+    while len(data) < n and (chunk := sock.recv(n - len(data))):
+        data += chunk
+    return data
 
 
 def start_ray(address: str | None, stack: contextlib.ExitStack) -> None:
@@ -35,12 +71,69 @@ def start_ray(address: str | None, stack: contextlib.ExitStack) -> None:
     if ray.is_initialized():
         return
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TOKENIZERS_PARALLELISM": "false"}
-    probe_ray(address)
     try:
-        ray.init(address=address, include_dashboard=False, runtime_env={"env_vars": env})
-    except (ConnectionError, RuntimeError) as exc:
+        probe_ray(address or os.environ.get("RAY_ADDRESS"))  # ray.init reads RAY_ADDRESS when given no address
+    except MemrlError as exc:
+        raise MemrlError(f"{exc} (from $RAY_ADDRESS)" if not address else str(exc)) from None
+    local = (address or os.environ.get("RAY_ADDRESS") or "local") == "local"  # a new Ray of this driver's own
+    if local:
+        # Ray's memory monitor kills the newest workers when the machine runs short, whoever holds the memory: on a
+        # shared machine that is our sessions for another job's use. The kernel's OOM killer picks the hog instead.
+        os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
+    try:
+        context = ray.init(address=address, include_dashboard=False, runtime_env={"env_vars": env})
+    except (ConnectionError, RuntimeError, ValueError) as exc:
         raise MemrlError(f"cannot connect to the Ray cluster at {address}: {first_line(exc)}") from exc
+    if local:
+        session_dir = cast(Any, context).address_info["session_dir"]  # ray.init starts a local Ray: a RayContext
+        stack.callback(_reaper(session_dir))  # runs after ray.shutdown, registered next
     stack.callback(ray.shutdown)
+
+
+# Notes the driver's Ray processes twice a second (those naming the session folder, and Ray's agents and workers, titled
+# `ray::...`) until its stdin closes, which happens when the driver exits however it exits (SIGKILL included), then
+# kills those still running (psutil checks each one's start time, so a reused pid is spared).
+_REAPER = """
+import os, select, sys, psutil
+driver, session, seen = psutil.Process(int(sys.argv[1])), sys.argv[2], {}
+def note(p):
+    try:
+        line = " ".join(p.cmdline())
+    except psutil.Error:  # gone already
+        return
+    if p.pid != os.getpid() and (session in line or line.startswith("ray::")):
+        seen[p.pid] = p
+while not (select.select([0], [], [], 0.5)[0] and not os.read(0, 1)):
+    try:
+        children = driver.children(recursive=True)
+    except psutil.Error:  # the driver is gone
+        break
+    for p in children:
+        note(p)
+for p in seen.values():
+    try:
+        p.kill()
+    except psutil.Error:
+        pass
+"""
+
+
+def _reaper(session_dir: str) -> Callable[[], None]:
+    """A watchdog for the local Ray this driver started: a killed driver could leave Ray's dashboard and runtime-env
+    agents alive for a minute (each reporting to the dead GCS), holding memory and CPU that the rerun needs. Returns
+    what releases it on a normal exit (after `ray.shutdown`)."""
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _REAPER, str(os.getpid()), session_dir], stdin=subprocess.PIPE, start_new_session=True
+    )
+    stdin = watchdog.stdin
+    assert stdin is not None
+
+    def release() -> None:
+        stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            watchdog.wait(10)  # what ray.shutdown left, if anything, is gone
+
+    return release
 
 
 def actor_error_cause(exc: BaseException) -> BaseException:
@@ -180,16 +273,12 @@ class FailedWork:
         self.now: list[tuple[str, dict[str, Any]]] = []  # (what failed, its record), this run
 
     def add(self, what: str, record: dict[str, Any]) -> None:
+        # A worker knows none of the driver's secrets (the ${VAR}s it resolved): its error text is masked here.
+        record = {**record, "error": redact(str(record["error"]))}
         ResumableJsonl(self.out / FAILED_FILE, key="key").append(record)
         self.now.append((what, record))
         line = f"{what} failed: {record['error']} (a rerun runs it again)"
         self.console.print(line, style="red", markup=False, highlight=False)
-
-    def check(self, finished: int) -> None:
-        """A run in which work failed and none finished (an endpoint down from the start) fails in one line."""
-        if self.now and not finished:
-            what, record = self.now[0]
-            raise MemrlError(f"{what} failed: {record['error']}")
 
     @staticmethod
     def outstanding(out: Path, done: Collection[str]) -> list[dict[str, Any]]:
@@ -198,6 +287,16 @@ class FailedWork:
         if not path.exists():
             return []
         return [r for key, r in ResumableJsonl(path, key="key").latest().items() if key not in done]
+
+
+# How a worker waits on a server this run started. transformers serve queues whatever it is sent and finishes a
+# non-streamed request whose client gave up, so a timeout plus a retry ran it twice and load lengthened the queue:
+# its requests stream (the server stops a streamed request whose connection closed) and only the server's silence
+# fails them. vLLM aborts any request whose connection closes: a timeout and a retry, as for any endpoint.
+LOCAL_DEADLINES: dict[str, dict[str, Any]] = {
+    "transformers": {"deadline": "progress", "timeout": 600.0},
+    "vllm": {},
+}
 
 
 def endpoint_server(
@@ -218,11 +317,16 @@ def endpoint_server(
             return cfg.model_copy(update={"max_concurrency": per_worker})
         assert isinstance(cfg, HFModelConfig | VLLMModelConfig)
         if cfg.model not in served:
-            extra = shared_server_args(pick_engine("auto"))
+            engine = pick_engine("auto")
             log = log_dir / f"serve-{len(served)}.log"
-            server = stack.enter_context(LocalServer(cfg.model, port=free_port(), log=log, extra_args=extra))
+            server = LocalServer(cfg.model, port=free_port(), log=log, extra_args=shared_server_args(engine))
+            stack.enter_context(server)
             served[cfg.model] = OpenAIModelConfig(
-                backend="openai", model=server.name, endpoint=server.url, max_concurrency=per_worker
+                backend="openai",
+                model=server.name,
+                endpoint=server.url,
+                max_concurrency=per_worker,
+                **LOCAL_DEADLINES[engine],
             )
         return served[cfg.model]
 

@@ -13,8 +13,8 @@ environment:
   once more on the restarted worker (`InFlight`);
 - faults: an item whose model endpoint failed after the client's retries goes to `failed.jsonl` and stops its
   chain for this run (later items need its state); a rerun runs it again; a run where items failed and none
-  finished returns a `DrivenRun` whose `check()` raises the first failure as one line (after the caller has
-  written its metrics, so that they say what the folder holds);
+  finished returns a `DrivenRun` whose `check()` raises one line with the counts and the first failure
+  (`core.outcomes`, after the caller has written its metrics, so that they say what the folder holds);
 - a records file holding a key twice (written by an older memrl, or two runs at once before folders were held)
   counts it once;
 - a progress bar over all planned items, and the `DrivenRun` the caller reports from.
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from rich.console import Console
 
-from memrl.core.errors import MemrlError
 from memrl.core.jsonl import ResumableJsonl
+from memrl.core.outcomes import Outcome, require_success, shortfall
 from memrl.core.progress import progress
 from memrl.envs.actors import EnvRun, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
 
@@ -95,14 +95,20 @@ class Spread(Protocol):
 
 @dataclass
 class DrivenRun(EnvRun):
-    """What a run left in its folder, and why it failed as a whole, if it did: work failed and none finished."""
+    """What a run left in its folder, and how this run's own work went (`ran`: what was left to do)."""
 
-    fault: str | None = None
+    ran: Outcome | None = None
 
-    def check(self) -> None:
-        """Raise the run's fault, if any (the caller reports the folder first)."""
-        if self.fault is not None:
-            raise MemrlError(self.fault)
+    @property
+    def fault(self) -> str | None:
+        """Why the run failed as a whole (work failed and none finished), or None."""
+        return shortfall(self.ran) if self.ran is not None else None
+
+    def check(self, what: str = "run", min_share: float = 0.0, then: str = "") -> None:
+        """Raise one line naming `what` (the command or stage) when this run's work failed and none finished, or
+        less than `min_share` of it did (`core.outcomes.require_success`); the caller reports the folder first."""
+        if self.ran is not None:
+            require_success(what, self.ran, min_share, then)
 
 
 @dataclass
@@ -161,9 +167,9 @@ def drive(
         lambda tag: schedule.name(tag[1]), warn=lambda line: console.print(line, style="yellow", markup=False)
     )
     finished = 0
+    left = sum(len(chain.items) for chain in todo)
 
     with contextlib.ExitStack() as stack, progress(console) as bar:
-        left = sum(len(chain.items) for chain in todo)
         task = bar.add_task(label, total=planned, completed=planned - left)
         if todo:
             roles = world.roles
@@ -203,10 +209,7 @@ def drive(
                     if chain.items:
                         submit(chain)
                 start_chains()
-    try:
-        failures.check(finished)
-        fault = None
-    except MemrlError as exc:
-        fault = str(exc)
+    first = f"{failures.now[0][0]}: {failures.now[0][1]['error']}" if failures.now else None
+    ran = Outcome(label, left, finished, len(failures.now), first)
     outstanding = FailedWork.outstanding(out, sink.done)
-    return DrivenRun(list(sink.latest().values()), outstanding, planned, in_flight.retried, fault)
+    return DrivenRun(list(sink.latest().values()), outstanding, planned, in_flight.retried, ran)

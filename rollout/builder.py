@@ -12,9 +12,10 @@ from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, 
 
 
 def _hf(cfg: HFModelConfig) -> ChatBackend:
+    path = models.resolve(cfg.model)  # a bad name fails here, before the seconds-long transformers import
+
     from memrl.rollout.hf_local import HFBackend
 
-    path = models.resolve(cfg.model)
     try:
         return HFBackend(path, device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size)
     except OSError as exc:  # transformers raises OSError for a missing or unreachable model
@@ -33,6 +34,7 @@ def _openai(cfg: OpenAIModelConfig) -> ChatBackend:
         timeout=cfg.timeout,
         max_retries=cfg.max_retries,
         max_concurrency=cfg.max_concurrency,
+        deadline=cfg.deadline,
     )
 
 

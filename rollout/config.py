@@ -27,10 +27,17 @@ class OpenAIModelConfig(StrictModel):
     model: str
     endpoint: str = Field(description="base URL, e.g. http://127.0.0.1:8000/v1")
     api_key: SecretStr | None = None
-    timeout: PositiveFloat = 120.0
-    max_retries: int = Field(default=4, ge=0)
+    timeout: PositiveFloat = Field(default=120.0, le=86_400, description="seconds; what it bounds: `deadline`")
+    max_retries: int = Field(default=4, ge=0, le=100)
+    deadline: Literal["total", "progress"] = Field(
+        default="total",
+        description="total: `timeout` bounds each attempt, retried up to max_retries (an endpoint elsewhere); "
+        "progress: requests stream and fail only after `timeout` seconds without a byte from the server (what memrl "
+        "sets for a server it starts itself, so that a busy machine slows work, never fails it)",
+    )
     max_concurrency: PositiveInt = Field(
         default=16,
+        le=65_536,
         description="requests in flight at most (sync and async): the one bound, judges included; under verl it is "
         "divided over the reward / agent-loop workers, so the server sees this number",
     )

@@ -138,9 +138,10 @@ def llamafactory_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env_dir
 
 
-def memrl_in_process(argv: list[object], cwd: Path | None = None) -> tuple[int, str]:
+def memrl_in_process(argv: list[object], cwd: Path | None = None, *, stdout: bool = False) -> tuple[int, str]:
     """`memrl ARGV` in this process (`memrl.app.cli.main.main`, as the `memrl` script runs it), from `cwd`:
-    (exit code, stderr). Saves a fresh interpreter's start-up where a test needs no process of its own."""
+    (exit code, stderr, with stdout in it too if `stdout`). Saves a fresh interpreter's start-up where a test needs
+    no process of its own."""
     import contextlib
     import io
 
@@ -151,7 +152,7 @@ def memrl_in_process(argv: list[object], cwd: Path | None = None) -> tuple[int, 
         if cwd is not None:
             stack.enter_context(contextlib.chdir(cwd))
         stack.enter_context(contextlib.redirect_stderr(err))
-        stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        stack.enter_context(contextlib.redirect_stdout(err if stdout else io.StringIO()))
         try:
             main([str(a) for a in argv])
             code = 0

@@ -5,6 +5,10 @@ of the wrong shape, one 50 MB line, a folder where a file belongs. Input folders
 belongs, empty, and folders whose expected files (every name a command looks for) are binary, truncated or of the
 wrong shape. Output locations: an existing file, a path below a regular file (fails even for root), a read-only
 folder (`READONLY_BLOCKS` says whether chmod blocks writes here: not for root).
+
+Round two (`FILE_KINDS_2`, `DIR_KINDS_2`, `YAML_KINDS`): JSON and YAML nested 100,000 and 5,000 deep, a zero-filled
+file (1 MB, and a sparse 1 GB one), a FIFO, a link to a character device (/dev/null: harmless if a reader does open
+it), a broken link, and recipes that are a YAML alias bomb, a self-referencing alias, or a python tag.
 """
 
 from __future__ import annotations
@@ -19,6 +23,12 @@ TEXT_KINDS = ("missing", "binary", "latin1", "folder")  # a plain-text input: em
 DIR_KINDS = ("missing", "file", "empty_dir", "binary_dir", "truncated_dir", "wrong_dir")
 OUT_KINDS = ("existing_file", "below_file", "readonly")
 PORT_KINDS = ("70000", "-1", "0", "http")
+# Round two (issue 26): input files that exhaust the stack, memory or patience, and paths of the wrong kind.
+FILE_KINDS_2 = ("deep_json", "deep_yaml", "zeros_sparse", "zeros", "fifo", "chardev", "broken_link")
+DIR_KINDS_2 = ("fifo", "chardev", "broken_link")
+YAML_KINDS = ("yaml_bomb", "yaml_self", "yaml_tag", "deep_yaml")  # recipes: valid YAML syntax, hostile content
+DEEP = 100_000  # levels of nesting: far past Python's recursion limit
+SPARSE = 2**30  # a zero-filled file of 1 GB that takes no disk (truncate), over the 512 MB read limit
 
 HUGE = 50 * 2**20
 BINARY = bytes(range(256)) * 8  # NUL first, then bytes no UTF-8 text holds
@@ -111,6 +121,29 @@ def make(kind: str, where: Path) -> Path:
         case "below_file":
             (where / "a-file").write_bytes(EXISTING)
             return where / "a-file" / "out"
+        case "deep_json":
+            path.write_text("[" * DEEP + "]" * DEEP)
+        case "deep_yaml":  # flow mappings: a few KB, thousands deep
+            path.write_text("name: " + "{k: " * 5000 + "1" + "}" * 5000 + "\n")
+        case "zeros":
+            path.write_bytes(bytes(2**20))
+        case "zeros_sparse":
+            with path.open("wb") as f:
+                f.truncate(SPARSE)
+        case "fifo":
+            os.mkfifo(path)
+        case "chardev":  # a link to one: its target is what a reader meets (mknod needs root)
+            path.symlink_to("/dev/null")
+        case "broken_link":
+            path.symlink_to(where / "nowhere")
+        case "yaml_bomb":  # "billion laughs": 9 levels of 9 aliases each, a billion strings expanded
+            lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+            lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+            path.write_text("\n".join(["name: bomb", *lines, "stages: {}"]) + "\n")
+        case "yaml_self":
+            path.write_text("name: &x [*x]\nstages: {}\n")
+        case "yaml_tag":
+            path.write_text("name: !!python/object/apply:os.system [echo hostile]\nstages: {}\n")
         case "readonly":
             path.mkdir()
             (path / "kept.txt").write_bytes(EXISTING)

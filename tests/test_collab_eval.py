@@ -82,7 +82,7 @@ def test_unreachable_endpoint_fails_in_one_line(tmp_path: Path, memrl_cli: Memrl
     )  # fmt: skip
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("memrl: error: user ")
+    assert last.startswith("memrl: error: eval collab: 1 of 1 sessions failed (first: user ")
     assert "unreachable" in last
     metrics = json.loads((out / "metrics.json").read_text())  # written, though the run failed
     assert metrics["sessions"] == 0 and metrics["failed_sessions"] == 1

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from memrl.app.cli.data import data_app
 from memrl.core.errors import ConfigError
+from memrl.core.outcomes import NothingDoneError
 from memrl.core.preferences import REQUESTS, TAXONOMY
 from memrl.data_gen.gold import NOTES
 from memrl.data_gen.reflection import (
@@ -267,7 +268,7 @@ def test_cli_writes_the_folder_and_prints_counts(session_files: dict[str, Path],
     teacher = CliRunner().invoke(
         data_app, [*args, "--eval-sessions", str(session_files["eval"]), "--out", str(out), "--gold", "teacher"]
     )
-    assert isinstance(teacher.exception, ConfigError)  # tiny-model reflections: nothing usable to train on
+    assert isinstance(teacher.exception, NothingDoneError)  # tiny-model reflections: nothing usable to train on
     assert "no training records" in str(teacher.exception) and "teacher unparsed" in str(teacher.exception)
 
     overlap = CliRunner().invoke(data_app, [*args, "--eval-sessions", str(session_files["train"]), "--out", str(out)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -171,8 +172,12 @@ def test_a_run_where_everything_failed_fails_in_one_line(ray_up: None, tmp_path:
     run = drive(Spread(workers=1), tmp_path, Console(file=io.StringIO()), records=RECORDS, label="items",
                 chains=chains(1, 2), schedule=schedule(), world=world(fail=("a/0",)))  # fmt: skip
     assert run.records == [] and [r["key"] for r in run.failed] == ["a/0"] and run.pending == 1  # to report first
-    with pytest.raises(MemrlError, match=r"^item a/0 failed: endpoint down$"):
-        run.check()
+    with pytest.raises(MemrlError) as caught:
+        run.check("run")
+    assert re.fullmatch(
+        r"run: 1 of 2 items failed, 1 more waited on them, none finished \(first: item a/0: endpoint down\)",
+        str(caught.value),
+    )
     assert not (tmp_path / RECORDS).exists()
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -212,6 +213,50 @@ def planned_problems(users: int, sessions: int) -> dict[tuple[str, int], str]:
     cfg = CollabEvalConfig(users=users, sessions=sessions)
     plan = assign_problems(select_profiles(cfg), select_problems(cfg), sessions, cfg.seed)
     return {(user, i): p.question for user, problems in plan.items() for i, p in enumerate(problems)}
+
+
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those still running (psutil checks the start time: a reused pid is not them); zombies count as gone."""
+    alive = []
+    for p in processes:
+        with contextlib.suppress(psutil.Error):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+    return alive
+
+
+@pytest.mark.slow
+def test_a_killed_driver_takes_its_local_ray_with_it() -> None:
+    """Issue 26.5: after SIGKILL of a driver, Ray's dashboard and runtime-env agents lived on for 30-90 s."""
+    driver = (
+        "import contextlib, time; from memrl.envs.actors import start_ray; start_ray(None, contextlib.ExitStack()); "
+        "print('up', flush=True); time.sleep(600)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, env=_env(), text=True)
+    ray_processes: list[psutil.Process] = []
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            p.name().startswith("ray::") or "Agent" in " ".join(p.cmdline()) for p in ray_processes
+        ):  # the agents start a moment after ray.init returns
+            time.sleep(0.5)
+            ray_processes = [
+                p for p in psutil.Process(proc.pid).children(recursive=True) if "-c" not in p.cmdline()[1:2]
+            ]
+        assert _alive(ray_processes), "the driver started no Ray processes"
+        time.sleep(2)  # a run's agents live as long as it does; the watchdog looks twice a second
+        proc.kill()
+        proc.wait(30)
+        deadline = time.monotonic() + 20
+        while _alive(ray_processes) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(ray_processes), [p.cmdline()[:1] for p in _alive(ray_processes)]
+    finally:
+        proc.kill()
+        for p in _alive(ray_processes):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 # --- 1. a Ray worker dies mid-session -----------------------------------------------------------------------------

@@ -147,6 +147,7 @@ def test_unreachable_endpoint_fails_its_tasks_in_one_line(tmp_path: Path, memrl_
     )  # fmt: skip
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("memrl: error: task 1/Mira/0/0 failed:") and f"127.0.0.1:{port}" in last
+    assert last.startswith("memrl: error: eval pahf: 1 of ") and "(first: task 1/Mira/0/0: " in last
+    assert f"127.0.0.1:{port}" in last
     failed = [json.loads(line) for line in (out / "failed.jsonl").read_text().splitlines()]
     assert [f["key"] for f in failed] == ["1/Mira/0/0"] and not (out / "tasks.jsonl").exists()

@@ -701,3 +701,12 @@ def test_grpo_job_environment_carries_the_unscored_stop(tmp_path: Path) -> None:
     watch.observe(4, 4)
     with pytest.raises(MemrlError, match=r"training stopped: .* check judge at http://"):
         watch.observe(4, 4)
+
+
+def test_a_judge_url_with_credentials_is_refused_before_it_reaches_verl() -> None:
+    """Issue 26.4: verl prints and saves its config, so a URL credential would land in both; the key goes as api_key."""
+    recipe = json.loads(json.dumps(LLM_JUDGE))
+    recipe["judge"]["model"]["endpoint"] = "http://judge:url-secret-26@127.0.0.1:9/v1"
+    with pytest.raises(ConfigError) as caught:
+        grpo(table5_grpo(reward=RewardConfig.model_validate(recipe)))
+    assert "url-secret-26" not in str(caught.value) and "credential in the URL" in str(caught.value)

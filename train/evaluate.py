@@ -12,8 +12,9 @@ from rich.console import Console
 
 from memrl.core.checkpoints import is_adapter, resolve_model
 from memrl.core.errors import ConfigError
-from memrl.core.files import read_text
+from memrl.core.files import parse_json, read_text
 from memrl.core.jsonl import ResumableJsonl
+from memrl.core.outcomes import require_data
 from memrl.core.progress import progress
 from memrl.envs.collab.agents import AgentKind
 from memrl.envs.collab.config import CollabEvalConfig
@@ -47,16 +48,15 @@ def reflector_backend(path: str, batch_size: int) -> ChatBackend:
 
 def load_eval_split(data_dir: Path, max_samples: int | None) -> list[dict[str, Any]]:
     path = data_dir / "rl" / "eval.jsonl" if data_dir.is_dir() else data_dir
-    if not path.is_file():
-        raise ConfigError(f"eval data {path} does not exist (a reflection_data folder or its rl/eval.jsonl)")
+    require_data(path, "eval data", "a reflection_data folder or its rl/eval.jsonl")
     rows = []
     for n, line in enumerate(read_text(path, ConfigError).splitlines(), 1):
         if not line.strip():
             continue
+        row = parse_json(line, f"{path}:{n}", ConfigError, line=False)
         try:
-            row = json.loads(line)
             rows.append({"key": row["key"], "prompt": row["prompt"], "ground_truth": row["ground_truth"]})
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (KeyError, TypeError):
             raise ConfigError(f"{path}:{n}: expected a JSON object with key, prompt and ground_truth") from None
     if not rows:
         raise ConfigError(f"{path}: no eval rows")

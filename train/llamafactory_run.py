@@ -17,6 +17,9 @@ from typing import Any
 import yaml
 
 from memrl.core.errors import ConfigError, MemrlError
+from memrl.core.files import read_json
+from memrl.core.outcomes import require_data
+from memrl.core.yamlsafe import load_yaml
 from memrl.train.config import LoraConfig, SFTStage
 from memrl.train.launch import run_logged
 
@@ -53,10 +56,18 @@ def dataset_folder(data_dir: Path) -> Path:
     for folder in (data_dir / DATASET_SUBDIR, data_dir):
         info = folder / "dataset_info.json"
         if info.is_file():
-            names = set(json.loads(info.read_text()))
-            missing = {TRAIN_DATASET, EVAL_DATASET} - names
+            entries = read_json(info, ConfigError)
+            if not isinstance(entries, dict):
+                raise ConfigError(f"{info}: expected a JSON object of datasets")
+            missing = {TRAIN_DATASET, EVAL_DATASET} - set(entries)
             if missing:
                 raise ConfigError(f"{info} does not define {sorted(missing)}")
+            for name in (TRAIN_DATASET, EVAL_DATASET):  # LLaMA-Factory fails on an empty one far later, less clearly
+                entry = entries[name]
+                file = entry.get("file_name") if isinstance(entry, dict) else None
+                if not isinstance(file, str):
+                    raise ConfigError(f"{info}: {name} names no file_name")
+                require_data(folder / file, f"LLaMA-Factory dataset {name}:", "run the reflection_data stage first")
             return folder
     raise ConfigError(f"{data_dir}: no {DATASET_SUBDIR}/dataset_info.json; run the reflection_data stage first")
 
@@ -177,13 +188,13 @@ def apply_overrides(args: dict[str, Any], overrides: list[str]) -> dict[str, Any
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"LLaMA-Factory override {item!r} is not key=value")
-        out[key] = _scalar(raw)
+        out[key] = _scalar(raw, f"LLaMA-Factory override {item!r}")
     return out
 
 
-def _scalar(raw: str) -> Any:
+def _scalar(raw: str, where: str) -> Any:
     """A YAML value, with `2e-5` read as the number it means (YAML 1.1 wants `2.0e-5`)."""
-    value = yaml.safe_load(raw) if raw.strip() else ""
+    value = load_yaml(raw, where, ConfigError) if raw.strip() else ""
     if isinstance(value, str) and _EXPONENT.match(value):
         return float(value)
     return value

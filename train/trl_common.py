@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from memrl.core.checkpoints import CheckpointInfo, last_step_dir
 from memrl.core.errors import ConfigError, closest
+from memrl.core.yamlsafe import load_yaml
 from memrl.train.config import LoraConfig
 from memrl.train.distributed import world_size
 
@@ -83,7 +82,7 @@ def apply_overrides(config_cls: type, args: dict[str, Any], overrides: Sequence[
             match = closest(name, fields)
             hint = f" (did you mean {match!r}?)" if match else ""
             raise ConfigError(f"stages.{stage}.overrides: {config_cls.__name__} has no field {name!r}{hint}")
-        out[name] = yaml.safe_load(raw) if raw.strip() else ""
+        out[name] = load_yaml(raw, f"stages.{stage}.overrides: {item!r}", ConfigError) if raw.strip() else ""
     return out
 
 

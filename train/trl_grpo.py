@@ -15,6 +15,7 @@ from memrl.core.checkpoints import (
     tokenizer_source,
 )
 from memrl.core.errors import ConfigError
+from memrl.core.outcomes import require_data
 from memrl.rewards.unscored import UnscoredWatch
 from memrl.rollout.probe import require_reachable
 from memrl.train.config import GRPOStage
@@ -35,9 +36,7 @@ def load_rl_split(data_dir: Path, split: str, tokenizer: Any, max_prompt_length:
     """RL prompts with their ground truth; prompts longer than the budget are dropped (TRL has no prompt cut)."""
     from datasets import load_dataset
 
-    path = data_dir / "rl" / f"{split}.jsonl"
-    if not path.is_file():
-        raise ConfigError(f"RL data {path} does not exist (run the reflection_data stage first)")
+    path = require_data(data_dir / "rl" / f"{split}.jsonl", "RL data", "run the reflection_data stage first")
     data = load_dataset("json", data_files=str(path), split="train")
     data = data.select_columns([c for c in ("prompt", "ground_truth", "key") if c in data.column_names])
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from memrl.core.checkpoints import load_causal_lm, portable_ref, tokenizer_source
 from memrl.core.errors import ConfigError
+from memrl.core.outcomes import require_data
 from memrl.train.config import SFTStage
 from memrl.train.curves import LOSS_CURVE, loss_chart
 from memrl.train.trl_common import (
@@ -25,9 +26,7 @@ def load_sft_split(data_dir: Path, split: str) -> Any:
     """The data_gen messages file as prompt/completion pairs (TRL then masks the prompt out of the loss)."""
     from datasets import load_dataset
 
-    path = data_dir / "sft" / f"{split}.jsonl"
-    if not path.is_file():
-        raise ConfigError(f"SFT data {path} does not exist (run the reflection_data stage first)")
+    path = require_data(data_dir / "sft" / f"{split}.jsonl", "SFT data", "run the reflection_data stage first")
     data = load_dataset("json", data_files=str(path), split="train")
     return data.map(
         lambda row: {"prompt": row["messages"][:-1], "completion": row["messages"][-1:]},

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from memrl.core.errors import ConfigError
+from memrl.core.secrets import redact, register, url_credentials
 from memrl.rewards.config import JudgeConfig
 from memrl.rewards.verl_reward import ADV_ESTIMATOR, ADV_MODULE
 from memrl.rollout.config import VLLMModelConfig
@@ -189,9 +190,19 @@ def reward_kwargs(stage: GRPOStage, data_dir: Path | None = None) -> dict[str, A
 
 
 def _keyless(mapping: dict[str, Any], *roles: str) -> dict[str, Any]:
-    """`mapping` with the API key of each role's model (an endpoint) set to None."""
+    """`mapping` with the API key of each role's model (an endpoint) set to None; an endpoint whose URL holds a
+    credential is refused, since verl prints and saves its config."""
     for role in roles:
-        if isinstance(mapping.get(role), dict) and "api_key" in mapping[role]:
+        if not isinstance(mapping.get(role), dict):
+            continue
+        endpoint = mapping[role].get("endpoint")
+        if isinstance(endpoint, str) and (url_credentials(endpoint) or redact(endpoint) != endpoint):
+            register(url_credentials(endpoint))  # masked in the line below
+            raise ConfigError(
+                f"{role} endpoint {redact(endpoint)}: a credential in the URL would go into verl's printed config; "
+                "give it as the model's api_key, which reaches verl's workers by their environment, not the config"
+            )
+        if "api_key" in mapping[role]:
             mapping[role]["api_key"] = None
     return mapping
 

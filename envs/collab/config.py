@@ -32,8 +32,17 @@ class CollabEvalConfig(StrictModel):
     split: Literal["train", "eval"] = Field(
         default="eval", description="eval | train: which disjoint half of users and problems"
     )
-    eval_problems: PositiveInt = Field(default=100, description="problems held out for eval; the rest is train")
-    profiles: Path | None = Field(default=None, description="user profiles file; default: sampled from the seed")
+    eval_problems: PositiveInt = Field(
+        default=100, description="problems held out for eval, the rest is train (unused on a release cache's own split)"
+    )
+    resplit: bool = Field(
+        default=False,
+        description="merge a release cache's trainset and testset files and hold out --eval-problems of them again "
+        "(memrl's earlier behaviour); default: the release's own split, train = trainset, eval = testset",
+    )
+    profiles: Path | None = Field(
+        default=None, description="user profiles file, split in halves by --seed like sampled users; default: sampled"
+    )
     users: PositiveInt = Field(default=4, description="simulated users, each with a persona and three preferences")
     sessions: PositiveInt = Field(default=20, description="sessions per user, in order")
     max_turns: PositiveInt = Field(default=10, description="user-agent exchanges per session")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import threading
 from collections import OrderedDict
@@ -30,6 +29,7 @@ from statistics import fmean
 from typing import Any, Protocol
 
 from memrl.core.errors import ConfigError
+from memrl.core.files import read_jsonl
 from memrl.core.preferences import get_preference
 from memrl.envs.collab.checkers import TurnContext, Verdict, is_clarifying_question
 from memrl.envs.collab.grading import Grader
@@ -99,10 +99,9 @@ def load_rows(data_dir: str | Path) -> dict[str, NextSessionRow]:
         raise ConfigError(f"outcome reward: no train.jsonl or eval.jsonl in {folder} (a reflection_data folder)")
     rows: dict[str, NextSessionRow] = {}
     for path in files:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = NextSessionRow.from_record(json.loads(line))
-                rows[row.key] = row
+        for record in read_jsonl(path, ConfigError):
+            row = NextSessionRow.from_record(record)
+            rows[row.key] = row
     return rows
 
 

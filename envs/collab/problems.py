@@ -7,16 +7,16 @@ hub dataset the benchmark sampled from, and turns them into one `Problem` shape 
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memrl.core.errors import ConfigError, closest
+from memrl.core.files import check_file, parse_json, read_text
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 
 
@@ -366,23 +366,25 @@ def _one_line(text: object) -> str:
 def _read_records(path: Path) -> list[Any]:
     """The records of one .json (a list, or {"data": [...]}), .jsonl or .parquet file."""
     suffix = path.suffix.lower()
-    try:
-        if suffix == ".parquet":
+    if suffix == ".parquet":
+        check_file(path, ConfigError)  # a FIFO would block pyarrow's open for ever
+        try:
             import pyarrow.parquet as pq
 
             return list(pq.read_table(path).to_pylist())
-        text = path.read_text(encoding="utf-8")
-        if suffix == ".jsonl":
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        if suffix == ".json":
-            data = json.loads(text)
-            data = data.get("data") if isinstance(data, dict) else data
-            if not isinstance(data, list):
-                raise ValueError('expected a list of records or {"data": [...]}')
-            return data
-    except (OSError, ValueError) as err:  # JSONDecodeError and pyarrow's errors are ValueError/OSError kinds
-        raise ConfigError(f"cannot read problems from {path}: {_one_line(err)}") from err
-    raise ConfigError(f"unsupported problem file {path}: expected .json, .jsonl or .parquet")
+        except (OSError, ValueError) as err:  # pyarrow's errors are ValueError/OSError kinds
+            raise ConfigError(f"cannot read problems from {path}: {_one_line(err)}") from err
+    if suffix not in (".json", ".jsonl"):
+        raise ConfigError(f"unsupported problem file {path}: expected .json, .jsonl or .parquet")
+    text = read_text(path, ConfigError)
+    if suffix == ".jsonl":
+        lines = enumerate(text.splitlines(), 1)
+        return [parse_json(line, f"{path}:{n}", ConfigError, line=False) for n, line in lines if line.strip()]
+    data = parse_json(text, str(path), ConfigError)
+    data = data.get("data") if isinstance(data, dict) else data
+    if not isinstance(data, list):
+        raise ConfigError(f'{path}: expected a list of records or {{"data": [...]}}')
+    return data
 
 
 _DATA_SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -450,20 +452,28 @@ def sample(problems: Sequence[Problem], limit: int | None, seed: int) -> list[Pr
     return [problems[i] for i in order[:limit]]
 
 
+def _source_files(spec: TaskSpec, source: str | Path) -> list[Path]:
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise ConfigError(f"problem file not found: {path}")
+    return _files_in(path, spec) if path.is_dir() else [path]
+
+
+def _parse_files(spec: TaskSpec, files: Iterable[Path]) -> list[Problem]:
+    return [p for f in files for p in _parse_all(spec, _read_records(f), str(f))]
+
+
 def load_problems(
     task: str, source: str | Path | None = None, *, limit: int | None = None, seed: int = 0
 ) -> list[Problem]:
     """A task's problems from a local file or folder, the hub (no source), or its generator (arith).
 
-    Duplicated questions are dropped (first kept); `limit` then samples deterministically with `seed`.
+    A release cache folder's trainset and testset files are merged (`problems_for` keeps them apart). Duplicated
+    questions are dropped (first kept); `limit` then samples deterministically with `seed`.
     """
     spec = get_task(task)
     if source is not None:
-        path = Path(source).expanduser()
-        if not path.exists():
-            raise ConfigError(f"problem file not found: {path}")
-        files = _files_in(path, spec) if path.is_dir() else [path]
-        problems = [p for f in files for p in _parse_all(spec, _read_records(f), str(f))]
+        problems = _parse_files(spec, _source_files(spec, source))
     elif spec.generator is not None:
         problems = spec.generator(max(spec.default_size, limit or 0), 0)
     elif spec.hub_id is not None:
@@ -499,6 +509,57 @@ def split_problems(problems: Sequence[Problem], n_eval: int | float, seed: int) 
     train = [p for k in keys if k not in held_out for p in groups[k]]
     evaluation = [p for k in keys if k in held_out for p in groups[k]]
     return train, evaluation
+
+
+# The original cache names each task's files by the side of its split: `trainset_size20_seed42.json`, `testset_...`.
+RELEASE_SPLIT = {"train": "trainset", "eval": "testset"}
+
+
+def release_split(files: Sequence[Path]) -> dict[str, list[Path]] | None:
+    """A release cache's own split of a task folder's files by name (train: `trainset*`, eval: `testset*`), or None
+    when no file is named so. A file named neither way beside them is refused: which side it is on is unknown."""
+    sides = {side: [f for f in files if f.name.lower().startswith(prefix)] for side, prefix in RELEASE_SPLIT.items()}
+    if not any(sides.values()):
+        return None
+    for f in files:
+        if not any(f in named for named in sides.values()):
+            raise ConfigError(
+                f"{f}: neither a trainset nor a testset file of the release cache in {f.parent}; move it out, or "
+                "pass --resplit to merge every file and split them again"
+            )
+    return sides
+
+
+def problems_for(
+    task: str,
+    source: str | Path | None,
+    split: Literal["train", "eval"],
+    *,
+    eval_problems: int,
+    seed: int,
+    resplit: bool = False,
+) -> list[Problem]:
+    """The problems of one side (`train` or `eval`) of a task's train/eval split.
+
+    A release cache folder keeps its own split: train is its trainset files, eval its testset files (as the original
+    evaluates every user on the whole testset), and `eval_problems` is not used. Any other source, or any source with
+    `resplit`, is merged and `eval_problems` (at most half) are held out with `seed`.
+    """
+    spec = get_task(task)
+    path = None if source is None or resplit else Path(source).expanduser()
+    sides = release_split(_files_in(path, spec)) if path is not None and path.is_dir() else None
+    if sides is None:
+        problems = load_problems(task, source, seed=seed)
+        train, evaluation = split_problems(problems, min(eval_problems, len(problems) // 2) or 1, seed)
+        return evaluation if split == "eval" else train
+    if not sides[split]:
+        raise ConfigError(
+            f"{path}: the release cache has no {RELEASE_SPLIT[split]} files of task {spec.name!r} for the {split} "
+            "split; pass --resplit to split its other files instead"
+        )
+    train, evaluation = (_dedupe(_parse_files(spec, sides[side])) for side in ("train", "eval"))
+    check_disjoint(train, evaluation)  # the release's sides are disjoint; an edited cache may not be
+    return evaluation if split == "eval" else train
 
 
 def check_disjoint(train: Iterable[Problem], evaluation: Iterable[Problem]) -> None:

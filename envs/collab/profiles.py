@@ -12,10 +12,10 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import read_text
+from memrl.core.files import parse_json, read_text
 from memrl.core.preferences import TAXONOMY, from_original, get_preference
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 
@@ -130,17 +130,16 @@ def _from_original(record: dict[str, Any]) -> UserProfile:
 def load_profiles(path: str | Path) -> list[UserProfile]:
     """Profiles from our JSONL/JSON (`id, persona, preferences`) or the original `user_profiles.json`."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"user profile file not found: {path}")
-    text = read_text(path, ConfigError)
-    try:
-        records = (
-            [json.loads(line) for line in text.splitlines() if line.strip()]
-            if path.suffix == ".jsonl"
-            else json.loads(text)
-        )
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
+    text = read_text(path, ConfigError)  # says what stands at `path` when it is not a file
+    records = (
+        [
+            parse_json(line, f"{path}:{n}", ConfigError, line=False)
+            for n, line in enumerate(text.splitlines(), 1)
+            if line.strip()
+        ]
+        if path.suffix == ".jsonl"
+        else parse_json(text, str(path), ConfigError)
+    )
     if not isinstance(records, list):
         raise ConfigError(f"{path}: expected a list of user profiles")
     profiles = []
@@ -180,3 +179,23 @@ def split_profiles(
     train, eval_ = order[n_eval:], order[:n_eval]
     check_disjoint(train, eval_)
     return train, eval_
+
+
+SAMPLED_USERS = 200  # users sampled when no profile file is given; train and eval get half each
+
+
+def profiles_for(
+    source: str | Path | None, split: Literal["train", "eval"], *, users: int, seed: int
+) -> list[UserProfile]:
+    """The first `users` profiles of one side of the user split: a profile file's users (the original release ships
+    one `user_profiles.json`, no split of its own), or `SAMPLED_USERS` sampled from `seed`, split in halves with
+    `seed`, so train and eval never share a user."""
+    pool = sample_profiles(SAMPLED_USERS, seed) if source is None else load_profiles(source)
+    where = "the sampled users" if source is None else str(source)
+    if len(pool) < 2:
+        raise ConfigError(f"{where}: {len(pool)} user profile(s); disjoint train and eval users need at least 2")
+    train, eval_ = split_profiles(pool, len(pool) // 2, seed)
+    side = eval_ if split == "eval" else train
+    if users > len(side):
+        raise ConfigError(f"--users {users}: the {split} half of {where} has {len(side)} users")
+    return side[:users]

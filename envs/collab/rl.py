@@ -42,6 +42,9 @@ class CollabRLConfig(StrictModel):
     task: str = Field(default="arith", description="problem set: arith (shipped), math-500, logiqa, mmlu, medqa, ...")
     problems: Path | None = Field(default=None, description="local JSON/JSONL/parquet or cache folder; default: hub")
     eval_problems: PositiveInt = Field(default=100, description="problems held out for eval, never trained on")
+    resplit: bool = Field(
+        default=False, description="as `memrl eval collab --resplit`: set it the same way on both, or they overlap"
+    )
     users: PositiveInt = Field(default=8, description="train users, each with a persona and three preferences")
     sessions: PositiveInt = Field(default=4, description="problems per user: rows are users x sessions")
     max_turns: PositiveInt = Field(default=4, description="agent replies per episode")
@@ -70,6 +73,7 @@ class CollabRLConfig(StrictModel):
             problems=self.problems,
             split="train",
             eval_problems=self.eval_problems,
+            resplit=self.resplit,
             users=self.users,
             sessions=self.sessions,
             seed=self.seed,

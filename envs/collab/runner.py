@@ -20,12 +20,12 @@ from typing import Any
 
 from rich.console import Console
 
-from memrl.core.errors import BackendError, MemrlError, first_line
+from memrl.core.errors import BackendError, first_line
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
-from memrl.envs.collab.problems import AnswerKind, Problem, get_task, load_problems, split_problems
-from memrl.envs.collab.profiles import UserProfile, load_profiles, sample_profiles, split_profiles
+from memrl.envs.collab.problems import AnswerKind, Problem, get_task, problems_for
+from memrl.envs.collab.profiles import UserProfile, profiles_for
 from memrl.envs.collab.session import SessionSpec, failed_record, run_session, session_key
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
 from memrl.envs.driver import Chain, DrivenRun, Schedule, World, drive
@@ -34,28 +34,19 @@ from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig
 
 SESSIONS_FILE = "sessions.jsonl"
-PROFILE_POOL = 200  # sampled users; train and eval are disjoint slices of this pool
-EVAL_USERS = 100
 
 
 # --- what to run --------------------------------------------------------------------------------------------------
 
 
 def select_profiles(cfg: CollabEvalConfig) -> list[UserProfile]:
-    if cfg.profiles is not None:
-        return load_profiles(cfg.profiles)[: cfg.users]
-    train, eval_ = split_profiles(sample_profiles(PROFILE_POOL, cfg.seed), EVAL_USERS, cfg.seed)
-    pool = eval_ if cfg.split == "eval" else train
-    if cfg.users > len(pool):
-        raise MemrlError(f"--users {cfg.users}: the sampled {cfg.split} pool has {len(pool)} users")
-    return pool[: cfg.users]
+    return profiles_for(cfg.profiles, cfg.split, users=cfg.users, seed=cfg.seed)
 
 
 def select_problems(cfg: CollabEvalConfig) -> list[Problem]:
-    problems = load_problems(cfg.task, cfg.problems, seed=cfg.seed)
-    n_eval = min(cfg.eval_problems, len(problems) // 2) or 1
-    train, eval_ = split_problems(problems, n_eval, cfg.seed)
-    return eval_ if cfg.split == "eval" else train
+    return problems_for(
+        cfg.task, cfg.problems, cfg.split, eval_problems=cfg.eval_problems, seed=cfg.seed, resplit=cfg.resplit
+    )
 
 
 def assign_problems(users: list[UserProfile], problems: list[Problem], sessions: int, seed: int) -> dict[str, list]:
@@ -164,8 +155,11 @@ def _ray_node() -> str | None:
 
 
 def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
-    """Run (or resume) the evaluation into `out`; return every finished session record."""
-    return collab_run(cfg, out, console).records
+    """Run (or resume) the evaluation into `out`; return every finished session record, or fail in one line when
+    sessions failed and none finished (`DrivenRun.check`)."""
+    run = collab_run(cfg, out, console)
+    run.check(f"collab run {out}")
+    return run.records
 
 
 def collab_run(cfg: CollabEvalConfig, out: Path, console: Console) -> DrivenRun:

@@ -80,6 +80,18 @@ def embodied_task(scenario: EmbodiedScenario, seed: int = 0) -> EmbodiedTask:
     return EmbodiedTask(scenario, options, gold)
 
 
+def no_gold_reason(scenario: EmbodiedScenario) -> str:
+    """Why `embodied_task` finds no gold for `scenario`, in a few words (for the line and metrics that name it)."""
+    objects, slots = scenario.scene_objects, len(EMBODIED_LABELS)
+    if not objects:
+        return "empty object list"
+    if scenario.is_pickup:
+        if scenario.user_intent_object not in objects:
+            return f"intended object {scenario.user_intent_object!r} not in the scene"
+        return f"intended object {scenario.user_intent_object!r} is not among the first {slots} scene objects"
+    return f"intended place {scenario.user_intent_location!r} not among the {slots} places offered"
+
+
 def embodied_feedback(task: EmbodiedTask, choice: str, style: Style = "minimal") -> Feedback:
     """A deterministic reaction from the gold: right, or what the user wanted instead."""
     if task.gold is None:

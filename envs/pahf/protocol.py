@@ -16,7 +16,7 @@ from typing import Any
 from memrl.core.errors import MemrlError
 from memrl.envs.pahf.agent import FAILURE_KINDS, Task
 from memrl.envs.pahf.config import PahfEvalConfig
-from memrl.envs.pahf.embodied import EmbodiedTask, embodied_feedback, embodied_task
+from memrl.envs.pahf.embodied import EmbodiedTask, embodied_feedback, embodied_task, no_gold_reason
 from memrl.envs.pahf.formats import (
     EmbodiedScenario,
     PersonaTable,
@@ -54,6 +54,30 @@ class Job:
 
 def task_key(phase: int, user: str, index: int, pass_: int) -> str:
     return f"{phase}/{user}/{index}/{pass_}"
+
+
+@dataclass
+class LeftOut:
+    """Scenarios a plan leaves out because their data allows no gold option: they cannot be scored."""
+
+    scenarios: list[dict[str, Any]] = field(default_factory=list)  # phase, file, index, user, reason
+
+    def summary(self) -> dict[str, Any]:
+        """What metrics.json keeps under `problems`: the count and every scenario by file and index."""
+        return {"skipped_no_gold": {"count": len(self.scenarios), "scenarios": list(self.scenarios)}}
+
+    def line(self, shown: int = 3) -> str | None:
+        """One line naming the first few, or None when nothing was left out."""
+        if not self.scenarios:
+            return None
+        named = "; ".join(
+            f"phase {s['phase']} {s['user']} {s['file']}[{s['index']}] ({s['reason']})" for s in self.scenarios[:shown]
+        )
+        more = f"; and {len(self.scenarios) - shown} more" if len(self.scenarios) > shown else ""
+        return (
+            f"{len(self.scenarios)} scenario(s) without a derivable gold left out: {named}{more} "
+            "(all listed in metrics.json under problems.skipped_no_gold)"
+        )
 
 
 # --- planning -----------------------------------------------------------------------------------------------------
@@ -112,17 +136,47 @@ def plan_shopping(cfg: PahfEvalConfig) -> dict[str, list[Job]]:
     return plan
 
 
-def plan_embodied(cfg: PahfEvalConfig) -> dict[str, list[Job]]:
-    """Set A trains (phases 1 and 3), set B tests (2 and 4); original personas before the drift, evolved after."""
+def _scorable(
+    cfg: PahfEvalConfig,
+    phase: int,
+    file: str,
+    rows: Sequence[EmbodiedScenario],
+    users: Sequence[str],
+    left_out: LeftOut,
+) -> dict[str, list[EmbodiedScenario]]:
+    """Each user's first `cfg.scenarios` scenarios that have a gold option; those without one that the plan would
+    otherwise have reached are recorded in `left_out`."""
+    kept: dict[str, list[EmbodiedScenario]] = {user: [] for user in users}
+    for row in rows:
+        mine = kept.get(row.user)
+        if mine is None or (cfg.scenarios is not None and len(mine) >= cfg.scenarios):
+            continue
+        if embodied_task(row, cfg.seed).gold is not None:
+            mine.append(row)
+        else:
+            reason = no_gold_reason(row)
+            left_out.scenarios.append(
+                {"phase": phase, "file": file, "index": row.index, "user": row.user, "reason": reason}
+            )
+    return kept
+
+
+def plan_embodied(cfg: PahfEvalConfig, left_out: LeftOut | None = None) -> dict[str, list[Job]]:
+    """Set A trains (phases 1 and 3), set B tests (2 and 4); original personas before the drift, evolved after.
+
+    A scenario whose data allows no gold option cannot be scored: it is left out of the plan and named in `left_out`.
+    """
     where = cfg.domain_dir()
     a, b = load_embodied_dir(where, "A"), load_embodied_dir(where, "B")
     users = _pick_users(cfg, [s.user for s in a.original], where / "scenarios" / "original_scenarios_A.json")
-    sets = {1: a.original, 2: b.original, 3: a.evolved, 4: b.evolved}
-    # A scenario whose data allows no gold option cannot be scored: it is left out of the plan.
-    phases = {
-        p: _by_user([r for r in rows if embodied_task(r, cfg.seed).gold is not None], "user")
-        for p, rows in sets.items()
+    sets = {
+        1: ("original_scenarios_A.json", a.original),
+        2: ("original_scenarios_B.json", b.original),
+        3: ("evolved_scenarios_A.json", a.evolved),
+        4: ("evolved_scenarios_B.json", b.evolved),
     }
+    left_out = left_out if left_out is not None else LeftOut()
+    phases = {p: _scorable(cfg, p, file, rows, users, left_out) for p, (file, rows) in sets.items()}
     plan = {}
     for user in users:
 
@@ -136,9 +190,10 @@ def plan_embodied(cfg: PahfEvalConfig) -> dict[str, list[Job]]:
     return plan
 
 
-def plan_jobs(cfg: PahfEvalConfig) -> dict[str, list[Job]]:
-    """user -> that user's tasks, in the order they run (phase, pass, scenario)."""
-    return plan_shopping(cfg) if cfg.domain == "shopping" else plan_embodied(cfg)
+def plan_jobs(cfg: PahfEvalConfig, left_out: LeftOut | None = None) -> dict[str, list[Job]]:
+    """user -> that user's tasks, in the order they run (phase, pass, scenario); unscorable scenarios go to
+    `left_out` (shopping has none: its gold always exists)."""
+    return plan_shopping(cfg) if cfg.domain == "shopping" else plan_embodied(cfg, left_out)
 
 
 # --- tasks and their users ----------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from memrl.envs.driver import Chain, DrivenRun, Schedule, World, drive
 from memrl.envs.pahf.agent import ABILITIES, MemoryWriter, PahfAgent
 from memrl.envs.pahf.config import PahfEvalConfig
 from memrl.envs.pahf.memory import MemoryStore, build_memory
-from memrl.envs.pahf.protocol import Job, build_task, plan_jobs
+from memrl.envs.pahf.protocol import Job, LeftOut, build_task, plan_jobs
 from memrl.envs.pahf.users import PersonaLLM
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
@@ -141,15 +141,18 @@ class UserRunner:
 # --- driver -------------------------------------------------------------------------------------------------------
 
 
-def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> DrivenRun:
-    """Run (or resume) the protocol into `out`.
+def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console, left_out: LeftOut | None = None) -> DrivenRun:
+    """Run (or resume) the protocol into `out`; scenarios the plan leaves out are named in one line and `left_out`.
 
     Every task carries the notes its user held after their previous recorded task, so a restarted worker (or a
     rerun) rebuilds a store that a killed task left half-written. A task whose endpoint fails after the client's
     retries goes to `failed.jsonl` and its user stops for this run (later tasks need its memory); a run in which
     tasks failed and none finished raises the first failure as one line on `check()`.
     """
-    plan = plan_jobs(cfg)
+    left_out = left_out if left_out is not None else LeftOut()
+    plan = plan_jobs(cfg, left_out)
+    if (line := left_out.line()) is not None:
+        console.print(line, style="yellow", markup=False)
     schedule: Schedule[Job, list[str]] = Schedule(
         key=lambda job: job.key,
         name=lambda job: f"task {job.key}",

@@ -14,13 +14,16 @@ secret or credential) and by value (any secret the recipe or the environment hol
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
 import io
 import json
 import os
 import shlex
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -84,18 +87,32 @@ def dashboard_url(address: str, timeout: float = 5.0) -> str:
     """The job server's URL for `--ray-address`: given as http(s)://, or read from the GCS at HOST:PORT."""
     from memrl.envs.actors import probe_ray
 
-    address = address.strip().rstrip("/")
+    address = check_address(address)
     if address.startswith(("http://", "https://")):
         _probe_http(address, timeout)
         return address
-    if "://" in address or address == "auto" or ":" not in address:
-        raise ConfigError(
-            f"--ray-address {address!r}: give the job server (http://HOST:8265) or the GCS address (HOST:PORT)"
-        )
     probe_ray(address)
     url = "http://" + _dashboard_from_gcs(address)
     _probe_http(url, timeout)
     return url
+
+
+def check_address(address: str) -> str:
+    """`--ray-address` of a form the launch takes (checked without connecting, so a dry run refuses garbage too):
+    http(s)://HOST[:PORT] or HOST:PORT; without its trailing slash."""
+    clean = address.strip().rstrip("/")
+    if clean.startswith(("http://", "https://")):
+        parts = urllib.parse.urlsplit(clean)
+        with contextlib.suppress(ValueError):  # `.port` of a port that is no number, or past 65535
+            if parts.hostname and parts.port != 0:
+                return clean
+    elif "://" not in clean:
+        host, _, port = clean.rpartition(":")
+        if host and not any(c.isspace() for c in host) and port.isascii() and port.isdigit() and 0 < int(port) < 2**16:
+            return clean
+    raise ConfigError(
+        f"--ray-address {address!r}: give the job server (http://HOST:8265) or the GCS address (HOST:PORT)"
+    )
 
 
 def _dashboard_from_gcs(gcs: str) -> str:
@@ -118,12 +135,16 @@ def _dashboard_from_gcs(gcs: str) -> str:
 
 
 def _probe_http(url: str, timeout: float) -> None:
+    """Fail in one line unless a Ray job server answers at `url`: nothing listening, a server that speaks no HTTP
+    (BadStatusLine), or one that is not Ray's (its /api/version is no JSON naming a Ray version)."""
     try:
         with urllib.request.urlopen(f"{url}/api/version", timeout=timeout) as reply:
-            reply.read()
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+            version = json.loads(reply.read(2**16))
+    except (urllib.error.URLError, OSError, ValueError, RecursionError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
-        raise MemrlError(f"cannot reach the Ray job server at {url}: {reason}") from None
+        raise MemrlError(f"cannot reach the Ray job server at {url}: {reason or type(exc).__name__}") from None
+    if not isinstance(version, dict) or "ray_version" not in version:
+        raise MemrlError(f"{url} is not a Ray job server: its /api/version names no Ray version")
 
 
 # ---- what travels with each job ------------------------------------------------------------------------------------
@@ -218,6 +239,7 @@ def plan(
         raise ConfigError(f"no stage named {unknown[0]!r} in recipe {recipe.name!r} (have: {', '.join(recipe.stages)})")
     working_dir = (working_dir or Path.cwd()).resolve()
     environ = os.environ if environ is None else environ
+    dashboard = check_address(dashboard)  # a dry run plans for an address it never connects to
     data, gpus, notes = job_recipe(loaded, dashboard)
     job = validate_job_recipe(data, recipe.name)
     text = yaml.safe_dump(data, sort_keys=False)

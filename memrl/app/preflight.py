@@ -211,9 +211,16 @@ def _ray(address: str, report: Report) -> None:
     except ImportError:
         report.problems.append("ray: not importable, but a Ray address is given")
         return
+    from memrl.envs.actors import probe_ray
     from memrl.train.verl_main import forwarded_env
 
     wanted = forwarded_env(os.environ | {"WANDB_MODE": os.environ.get("WANDB_MODE", "offline")})
+    try:
+        if address != "local":
+            probe_ray(address)  # seconds, where ray.init would retry for minutes on a server that is not Ray
+    except MemrlError as exc:
+        report.problems.append(f"ray: {exc}")
+        return
     try:
         local = {"num_cpus": 1, "include_dashboard": False} if address == "local" else {"address": address}
         ray.init(runtime_env={"env_vars": wanted}, **local)

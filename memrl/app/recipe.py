@@ -6,6 +6,7 @@ Environment references stay references in the saved recipe, so secrets never rea
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,13 +20,14 @@ from memrl.app.config import Recipe
 from memrl.app.context import RESOLVED_NAME
 from memrl.core.envrefs import ENV_REF, register_secrets, substitute
 from memrl.core.errors import ConfigError
-from memrl.core.files import read_text
+from memrl.core.files import atomic_write_text, describe_kind, read_text
 from memrl.core.secrets import redact
 from memrl.core.validation import describe_error, did_you_mean
+from memrl.core.yamlsafe import YamlRefused, load_yaml, safe_load
 
 Key = str | int
 # Recipes are a few KB; PyYAML would spend minutes on a hostile 50 MB file before finding it malformed.
-MAX_RECIPE_CHARS = 2**20
+MAX_RECIPE_BYTES = 2**20
 
 
 @dataclass
@@ -43,10 +45,7 @@ class LoadedRecipe:
         return data
 
     def save(self, directory: Path) -> Path:
-        directory.mkdir(parents=True, exist_ok=True)
-        out = directory / RESOLVED_NAME
-        out.write_text(redact(yaml.safe_dump(self.resolved(), sort_keys=False)))
-        return out
+        return atomic_write_text(directory / RESOLVED_NAME, redact(yaml.safe_dump(self.resolved(), sort_keys=False)))
 
 
 # ---- finding recipes ---------------------------------------------------------------------------------------
@@ -66,30 +65,23 @@ def find_recipe(ref: str, relative_to: Path | None = None) -> Path:
     for path in candidates:
         if path.is_file():
             return path.resolve()
+        if os.path.lexists(path) and not path.is_dir():  # a FIFO, a device, a broken link: say what it is
+            raise ConfigError(f"recipe {path}: {describe_kind(path)}, not a file")
     bundled = bundled_recipes()
     name = ref.removesuffix(".yaml")
     if name in bundled:
         return bundled[name]
     hint = did_you_mean(name, bundled)
-    raise ConfigError(f"recipe {ref!r} not found: not a file, nor a bundled recipe{hint}")
+    what = "a folder, not a file" if any(path.is_dir() for path in candidates) else "not a file"
+    raise ConfigError(f"recipe {ref!r} not found: {what}, nor a bundled recipe{hint}")
 
 
 # ---- loading -----------------------------------------------------------------------------------------------
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    text = read_text(path, ConfigError)
-    if len(text) > MAX_RECIPE_CHARS:
-        raise ConfigError(f"recipe {path}: {len(text) / 2**20:.1f} MB is too large for a recipe (at most 1 MB)")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"recipe {path}: malformed YAML{where}: {problem}") from None
-    except RecursionError:  # nesting deeper than Python's stack: hostile, not a recipe
-        raise ConfigError(f"recipe {path}: malformed YAML: nested too deeply") from None
+    text = read_text(path, ConfigError, limit=MAX_RECIPE_BYTES)
+    data = load_yaml(text, f"recipe {path}", ConfigError)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -103,13 +95,20 @@ def compose(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         chain = " -> ".join(p.name for p in (*_seen, path))
         raise ConfigError(f"recipe {path}: `extends` forms a cycle: {chain}")
     data = _read_yaml(path)
-    parents = data.pop("extends", None) or []
-    if isinstance(parents, str):
-        parents = [parents]
     merged: dict[str, Any] = {}
-    for parent in parents:
+    for parent in _parents(path, data.pop("extends", None)):
         merged = deep_merge(merged, compose(find_recipe(parent, relative_to=path.parent), (*_seen, path)))
     return deep_merge(merged, data)
+
+
+def _parents(path: Path, extends: Any) -> list[str]:
+    """The recipes `extends` names: one name or path, or a list of them."""
+    parents = [extends] if isinstance(extends, str) else extends if extends is not None else []
+    if not isinstance(parents, list) or not all(isinstance(p, str) and p.strip() for p in parents):
+        raise ConfigError(
+            f"recipe {path}: `extends` must be a recipe name or path, or a list of them, got {extends!r}"[:300]
+        )
+    return parents
 
 
 def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -130,8 +129,10 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not of the form dotted.key=value")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+            value = safe_load(raw) if raw.strip() else ""
+        except YamlRefused as exc:
+            raise ConfigError(f"override {item!r}: {exc}") from None
+        except yaml.YAMLError:  # not YAML: the text itself, e.g. `prompt=a: b`
             value = raw
         node: Any = data
         parts = key.strip().split(".")
@@ -146,7 +147,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 def _index(node: list[Any], part: str, path: Sequence[str], item: str) -> int:
     """A list position named in an override: an existing index, since a recipe's lists have no gaps."""
-    if not part.isdigit() or int(part) >= len(node):
+    if not (part.isascii() and part.isdigit()) or int(part) >= len(node):  # not `²`: a digit int() refuses
         where = ".".join(path[:-1])
         indices = f"0..{len(node) - 1}" if node else "none: the list is empty"
         raise ConfigError(f"override {item!r}: {where} is a list; {part!r} is not one of its indices ({indices})")
@@ -189,8 +190,17 @@ def interpolate(data: Any, path: tuple[Key, ...] = ()) -> tuple[Any, dict[tuple[
             data, message=lambda name: f"recipe key {where!r}: environment variable {name} is not set"
         )
         # A whole-value reference such as ${PORT} may stand for a number or a boolean.
-        return (yaml.safe_load(resolved) if ENV_REF.fullmatch(data) and resolved else resolved), templates
+        return (_env_value(resolved) if ENV_REF.fullmatch(data) and resolved else resolved), templates
     return data, templates
+
+
+def _env_value(text: str) -> Any:
+    """A whole-value `${VAR}` as YAML (a port, a flag, a list); text that is no plain YAML stays text, unechoed:
+    the variable may hold a secret."""
+    try:
+        return safe_load(text)
+    except yaml.YAMLError:
+        return text
 
 
 def load_recipe(ref: str | Path, overrides: Sequence[str] = (), smoke: bool = False) -> LoadedRecipe:

@@ -3,7 +3,9 @@
 Every reader of a file or folder the user names goes through `read_text` / `read_json` / `open_text` /
 `list_dir`, so a binary file, a Latin-1 file, a folder where a file belongs or a file where a folder belongs reads
 "PATH: not UTF-8 text" / "PATH: not valid JSON (...)" / "PATH: a folder, not a file" / "PATH: not a folder" instead
-of a traceback. `describe_os_error` words the same for OS errors the CLI catches last (writes included).
+of a traceback. What a path is gets checked before it is opened (`check_file`, `describe_kind`): a FIFO would block
+the read for ever, a device or a sparse file of GBs would exhaust memory. `describe_os_error` words the same for OS
+errors the CLI catches last (writes included; `naming` gives a failed `write` the name of its file).
 """
 
 from __future__ import annotations
@@ -12,11 +14,16 @@ import contextlib
 import errno
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from memrl.core.errors import MemrlError
+
+# Whole-file reads: user inputs memrl reads whole are KB to tens of MB; a sparse file of GBs would exhaust memory.
+MAX_TEXT_BYTES = 512 * 2**20
+_HEAD = 8192  # bytes looked at for a NUL before a file is read line by line
 
 # What an OS error means for a path the user gave, in their words; strerror for the rest.
 _OS_MEANING = {
@@ -29,6 +36,8 @@ _OS_MEANING = {
     errno.EROFS: "read-only file system",
     errno.ENOSPC: "no space left on the device",
     errno.ENAMETOOLONG: "name too long",
+    errno.EFBIG: "file too large (a size limit of the file system or the process)",
+    errno.EDQUOT: "disk quota exceeded",
 }
 
 
@@ -39,31 +48,96 @@ def describe_os_error(exc: OSError, path: str | Path | None = None) -> str:
     return f"{os.fsdecode(where)}: {meaning}" if where is not None else meaning
 
 
+def describe_kind(path: str | Path) -> str:
+    """What stands at `path`, in words: "a file", "a folder", "a FIFO (named pipe)", "a socket", "a character
+    device", "a block device", "a broken symbolic link", "not found", or why it cannot be looked at."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if os.path.islink(path) else "not found"
+    except OSError as exc:
+        return _OS_MEANING.get(exc.errno or 0) or exc.strerror or str(exc)
+    return next((words for is_kind, words in _KINDS if is_kind(mode)), "not a file nor a folder")
+
+
+_KINDS = (
+    (stat.S_ISREG, "a file"),
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def check_file(path: str | Path, error: type[MemrlError] = MemrlError, limit: int | None = None) -> None:
+    """Raise `error` unless `path` is a regular file (of at most `limit` bytes): checked before opening, since
+    opening a FIFO waits for a writer forever and reading a device or a sparse file of GBs exhausts memory."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise error(describe_os_error(exc, path)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{path}: {describe_kind(path)}, not a file")
+    if limit is not None and st.st_size > limit:
+        raise error(f"{path}: {_size(st.st_size)} is too large to read (at most {_size(limit)})")
+
+
+def check_folder(path: str | Path, error: type[MemrlError] = MemrlError) -> None:
+    """Raise `error` unless `path` is a folder, saying what it is instead ("not found", "a FIFO (named pipe)")."""
+    if not os.path.isdir(path):
+        kind = describe_kind(path)
+        raise error(f"{path}: {_NOT_A_FOLDER.get(kind, f'{kind}, not a folder')}")
+
+
+_NOT_A_FOLDER = {"a file": "not a folder", "not found": "not found"}
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:.0f} MB"
+
+
 def _not_text(path: Path, exc: UnicodeDecodeError) -> str:
     return f"{path}: not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r} at offset {exc.start})"
 
 
-def read_text(path: str | Path, error: type[MemrlError] = MemrlError) -> str:
-    """The file's UTF-8 text; a missing, unreadable or non-text file raises `error` with the path and the cause."""
+def _binary(path: Path, offset: int) -> str:
+    # NUL is valid UTF-8, but no text a user hands memrl holds one: a binary file, or a zero-filled one.
+    return f"{path}: not UTF-8 text (binary: a NUL character at offset {offset})"
+
+
+def read_text(path: str | Path, error: type[MemrlError] = MemrlError, limit: int = MAX_TEXT_BYTES) -> str:
+    """The file's UTF-8 text; a missing, unreadable, non-text or larger than `limit` file, or something other than
+    a file, raises `error` with the path and the cause."""
     path = Path(path)
+    check_file(path, error, limit)
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise error(_not_text(path, exc)) from None
     except OSError as exc:
         raise error(describe_os_error(exc, path)) from None
+    if (nul := text.find("\0")) >= 0:
+        raise error(_binary(path, nul))
+    return text
 
 
 def read_json(path: str | Path, error: type[MemrlError] = MemrlError) -> Any:
     """The parsed file; an unreadable file, a non-text file or invalid JSON raises `error` with the path and cause."""
     path = Path(path)
-    text = read_text(path, error)
+    return parse_json(read_text(path, error), str(path), error)
+
+
+def parse_json(text: str | bytes, where: str, error: type[MemrlError] = MemrlError, *, line: bool = True) -> Any:
+    """`json.loads(text)`; invalid JSON raises `error`: `WHERE: not valid JSON (why, line N)` (`line=False` leaves
+    out the line, for a JSONL line whose WHERE is `PATH:N` already). Nesting deeper than Python's stack is hostile
+    input, not data: it says so instead of raising RecursionError."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise error(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    except RecursionError:  # nesting deeper than Python's stack: hostile, not data
-        raise error(f"{path}: not valid JSON (nested too deeply)") from None
+        raise error(f"{where}: not valid JSON ({exc.msg}{f', line {exc.lineno}' if line else ''})") from None
+    except RecursionError:
+        raise error(f"{where}: not valid JSON (nested too deeply)") from None
 
 
 def read_jsonl(path: str | Path, error: type[MemrlError] = MemrlError) -> list[dict[str, Any]]:
@@ -77,12 +151,11 @@ def read_jsonl(path: str | Path, error: type[MemrlError] = MemrlError) -> list[d
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
+            record = parse_json(line, f"{path}:{n}", error, line=False)
+        except MemrlError:
             if n == len(lines) and not text.endswith("\n"):
                 break
-            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            raise error(f"{path}:{n}: not valid JSON ({why})") from None
+            raise
         if not isinstance(record, dict):
             raise error(f"{path}:{n}: expected a JSON object, got {type(record).__name__}")
         out.append(record)
@@ -94,6 +167,15 @@ def open_text(path: str | Path, error: type[MemrlError] = MemrlError) -> Iterato
     """The file opened for reading UTF-8 text line by line: errors while opening or decoding, raised in the
     `with` body included, become `error` naming the path."""
     path = Path(path)
+    check_file(path, error)
+    with _opened(path, error) as f:  # a zero-filled file holds no newline: one "line" of its whole size
+        if (nul := f.buffer.peek(_HEAD)[:_HEAD].find(b"\0")) >= 0:  # type: ignore[attr-defined]
+            raise error(_binary(path, nul))
+        yield f
+
+
+@contextlib.contextmanager
+def _opened(path: Path, error: type[MemrlError]) -> Iterator[IO[str]]:
     try:
         with path.open(encoding="utf-8") as f:
             yield f
@@ -106,8 +188,7 @@ def open_text(path: str | Path, error: type[MemrlError] = MemrlError) -> Iterato
 def list_dir(path: str | Path, error: type[MemrlError] = MemrlError) -> list[Path]:
     """The entries of a folder, sorted; a missing folder or a file in its place raises `error` naming the path."""
     path = Path(path)
-    if not path.is_dir():
-        raise error(f"{path}: {'not a folder' if path.exists() else 'not found'}")
+    check_folder(path, error)
     try:
         return sorted(path.iterdir())
     except OSError as exc:
@@ -122,14 +203,28 @@ def atomic_writer(path: str | Path) -> Iterator[IO[str]]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with tmp.open("w", encoding="utf-8") as f:
+        with naming(path, tmp), tmp.open("w", encoding="utf-8") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with naming(path, tmp):
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def naming(path: str | Path, *stand_ins: str | Path) -> Iterator[None]:
+    """OS errors of the body that name no file (a full disk or a read-only file system fails `write` and `fsync`,
+    which know only a descriptor), or name one of `stand_ins` (a temporary file), name `path` instead."""
+    try:
+        yield
+    except OSError as exc:
+        named = exc.filename is not None and os.fspath(exc.filename) not in {os.fspath(p) for p in stand_ins}
+        if named or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

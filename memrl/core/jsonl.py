@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import MemrlError
+from memrl.core.files import check_file, naming
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class ResumableJsonl:
     def _load(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
+        check_file(self.path)  # a FIFO planted here would block the read forever
         data = self.path.read_bytes()
         lines = data.split(b"\n")
         torn = lines.pop()  # b"" when the file ends with its newline
@@ -71,13 +73,14 @@ class ResumableJsonl:
 
     def append(self, record: dict[str, Any]) -> None:
         data = (json.dumps(record, ensure_ascii=False) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            view = memoryview(data)
-            while view:  # one write for a regular file; the loop only covers a short write
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with naming(self.path):  # a full disk fails `write`, which names no file
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                view = memoryview(data)
+                while view:  # one write for a regular file; the loop only covers a short write
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         self._records.append(record)
         self.done.add(str(record[self.key]))

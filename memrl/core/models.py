@@ -9,16 +9,20 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memrl.core.errors import ModelNotFoundError
+from memrl.core.errors import MemrlError, ModelNotFoundError, first_line
+from memrl.core.files import describe_kind, describe_os_error
 
 CACHE_ENV = "MEMRL_CACHE"
 _READY = "memrl-model.json"
+# What a folder holding a model has: a full model, a PEFT adapter, or a training stage's final/ checkpoint.
+_MODEL_FILES = ("config.json", "adapter_config.json", "final/")
 
 
 def cache_dir() -> Path:
@@ -126,9 +130,27 @@ def pull(name: str) -> Path:
         (build_dir / _READY).write_text(json.dumps({"name": model.name, "description": model.description}))
         shutil.rmtree(target, ignore_errors=True)
         build_dir.rename(target)
+    except Exception as exc:
+        if not _is_write_error(exc):
+            raise
+        # A full disk or a file-size limit: the staging folder is gone, so name the folder the model was going to.
+        raise MemrlError(f"{target}: cannot write model {model.name}: {_write_problem(exc)}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _is_write_error(exc: Exception) -> bool:
+    # safetensors reports the OS error of a failed write inside its own exception type, as text.
+    return isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError"
+
+
+def _write_problem(exc: Exception) -> str:
+    if isinstance(exc, OSError):
+        return describe_os_error(exc).rpartition(": ")[2] if exc.filename is not None else describe_os_error(exc)
+    code = re.search(r"os error (\d+)", str(exc))
+    meaning = describe_os_error(OSError(int(code.group(1)), "")) if code else ""
+    return meaning or first_line(exc)
 
 
 def resolve(ref: str) -> str:
@@ -136,8 +158,14 @@ def resolve(ref: str) -> str:
     if lookup(ref) is not None:
         return str(pull(ref))
     path = Path(ref).expanduser()
-    if path.exists():
+    if path.is_dir():
+        if not any((path / name).exists() for name in _MODEL_FILES):
+            raise ModelNotFoundError(f"{path}: no model files ({', '.join(_MODEL_FILES)}, ...)")
         return str(path)
+    if path.exists():
+        if not path.is_file():  # a FIFO or a device: loading it would hang or read garbage
+            raise ModelNotFoundError(f"{path}: {describe_kind(path)}, not a model folder nor a model file")
+        return str(path)  # a single-file model (GGUF), which vLLM loads
     if ref.count("/") == 1 and not ref.startswith((".", "/", "~")):
         return ref  # a hub id: loads where a hub (or its local cache) is reachable
     raise ModelNotFoundError(

@@ -3,7 +3,8 @@
 Two runs appending to one folder would record every piece of work twice; a run resumed with another setup would mix
 two experiments in one file. `hold` takes an exclusive `flock` on the folder itself, which the kernel releases when
 the process ends however it ends, so a killed run never leaves a lock behind; the holder's pid sits in `LOCK_FILE`
-only to name it in the refusal (a file left by a killed run is simply taken over).
+only to name it in the refusal (a file left by a killed run is simply taken over, and a link planted there is
+replaced, never written through).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from memrl.core.errors import ConfigError, MemrlError
-from memrl.core.files import atomic_write_text, read_json
+from memrl.core.files import atomic_write_text, describe_os_error, naming, read_json
+from memrl.core.secrets import redact
 
 LOCK_FILE = ".memrl.lock"
 CONFIG_FILE = "config.json"
@@ -27,7 +29,7 @@ CONFIG_FILE = "config.json"
 # How a run is carried out, never what it measures: these may change on resumption wherever they sit (a model
 # endpoint's timeout and retries, say), so that work that timed out can be rerun with more patience.
 RUNTIME_KEYS = frozenset(
-    {"workers", "max_in_flight", "ray_address", "timeout", "max_retries", "max_concurrency", "api_key"}
+    {"workers", "max_in_flight", "ray_address", "timeout", "max_retries", "max_concurrency", "api_key", "deadline"}
 )
 
 
@@ -46,11 +48,13 @@ def hold(folder: Path) -> Iterator[None]:
                 "output folder"
             ) from None
         pid_file = folder / LOCK_FILE
-        pid_file.write_text(f"{os.getpid()}\n")
+        _write_pid(pid_file)
         try:
             yield
         finally:
-            pid_file.unlink(missing_ok=True)
+            # Best effort: on a full or read-only disk the error to report is the run's own, not this file's.
+            with contextlib.suppress(OSError):
+                pid_file.unlink(missing_ok=True)
             if created:  # a run that failed before writing anything leaves no empty folder behind
                 with contextlib.suppress(OSError):
                     folder.rmdir()
@@ -58,9 +62,29 @@ def hold(folder: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def _write_pid(path: Path) -> None:
+    """Write this process's pid to a file it creates at `path`: whatever was there (a killed run's file, a link
+    planted to make memrl overwrite its target) is removed first, and O_EXCL never follows a link."""
+    try:
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            with naming(path):  # a full disk fails `write`, which names no file
+                os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise MemrlError(f"cannot write the run folder's lock file {describe_os_error(exc, path)}") from None
+
+
 def _owner(folder: Path) -> str:
     try:
-        return f"pid {int((folder / LOCK_FILE).read_text())}"
+        # Not following a link, nor waiting on a FIFO planted there; a pid is a few bytes.
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            return f"pid {int(os.read(fd, 32))}"
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         return "its pid not written yet"  # it took the lock a moment ago
 
@@ -81,13 +105,25 @@ def claim(out: Path, cfg: BaseModel, may_change: Collection[str] = ()) -> None:
     differ on resumption. Anything else would mix the work of two experiments in one file.
     """
     saved = out / CONFIG_FILE
-    now = json.loads(cfg.model_dump_json())
+    # Redacted by value, as saved: an endpoint may hold a key (`?auth=${JUDGE_AUTH}`, `http://user:KEY@host`), and
+    # a resumption compares what it would save with what was saved.
+    now = _redacted(json.loads(cfg.model_dump_json()))
     if saved.exists():
         before = read_json(saved, ConfigError)
         if not isinstance(before, dict):
             raise ConfigError(f"{saved}: not a run's config (a JSON object); fix it or use another --out")
-        old, new = _setup(before, {*RUNTIME_KEYS, *may_change}), _setup(now, {*RUNTIME_KEYS, *may_change})
+        # `before` redacted too: a folder saved before its secrets were masked holds them in full.
+        old, new = _setup(_redacted(before), {*RUNTIME_KEYS, *may_change}), _setup(now, {*RUNTIME_KEYS, *may_change})
         changed = sorted(k for k in new if old.get(k) != new[k])
         if changed:
             raise ConfigError(f"{out} holds a run with different {', '.join(changed)}; use another --out")
-    atomic_write_text(saved, cfg.model_dump_json(indent=2) + "\n")
+    atomic_write_text(saved, json.dumps(now, indent=2, ensure_ascii=False) + "\n")
+
+
+def _redacted(config: Any) -> Any:
+    """`config` (a JSON value) with every known secret masked in its strings."""
+    if isinstance(config, dict):
+        return {k: _redacted(v) for k, v in config.items()}
+    if isinstance(config, list):
+        return [_redacted(v) for v in config]
+    return redact(config) if isinstance(config, str) else config

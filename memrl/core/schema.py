@@ -1,14 +1,62 @@
-"""Pydantic bases: typed configs reject unknown keys; models of released data ignore them."""
+"""Pydantic bases: typed configs reject unknown keys and absurd numbers; models of released data ignore extra keys."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import math
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+from pydantic_core import PydanticCustomError
+
+# No count, size, budget, weight or duration a config holds comes near 2**31; a value past it is a typo or hostile
+# (`max_tokens: 1e20`, `max_retries: 99999999999` retries for ever) and overflows the C code it reaches.
+MAX_NUMBER = 2**31 - 1
+MAX_SEED = 2**32 - 1  # NumPy's seed range (transformers' set_seed seeds NumPy); torch and vLLM take it too
+
+
+def number_problem(value: Any, name: str = "") -> str | None:
+    """Why `value` is no sane config number (NaN, infinite, beyond MAX_NUMBER, a seed outside 0..MAX_SEED), else
+    None. Booleans and non-numbers pass: their type is the field's concern."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if name == "seed" and not 0 <= value <= MAX_SEED:
+        return f"{value} is outside the seed range 0..{MAX_SEED}"
+    if name != "seed" and abs(value) > MAX_NUMBER:
+        shown = value if isinstance(value, int) and value < 10**30 else f"{value:.4g}"
+        return f"{shown} is too large (at most {MAX_NUMBER} in size)"
+    return None
+
+
+def _file_name(value: str) -> str:
+    # A stage writes its outputs inside its own folder: `../x` or `/tmp/x` would write outside the run folder.
+    if not value.strip() or value in (".", "..") or "/" in value or "\\" in value or "\0" in value:
+        problem = f"expected a file name inside the stage's folder, got {value!r}"
+        raise PydanticCustomError("config_field", "{problem}", {"problem": problem})  # describe_error names the key
+    return value
+
+
+# The name of a file a stage writes in its own folder.
+FileName = Annotated[str, AfterValidator(_file_name)]
 
 
 class StrictModel(BaseModel):
-    """Base of every typed config: unknown keys fail validation instead of being ignored."""
+    """Base of every typed config: unknown keys fail validation instead of being ignored; NaN, infinities and
+    numbers too large for any real setting fail too (see `number_problem`)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _sane_numbers(self) -> StrictModel:
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            for item in value if isinstance(value, list | tuple) else (value,):
+                if problem := number_problem(item, name):  # validation.describe_error puts its dotted key first
+                    raise PydanticCustomError(
+                        "config_number", "{field}: {problem}", {"field": name, "problem": problem}
+                    )
+        return self
 
 
 class LenientModel(BaseModel):

@@ -4,13 +4,15 @@ A value is secret when it is set in a variable or recipe field whose name says s
 or credential: `OPENAI_API_KEY`, `api_key`, `hfToken`), or when it fills a `${NAME}` reference in a field that says
 so, whatever the variable is called. `memrl.core.envrefs` registers what recipes and commands fill in; secret-named
 environment variables and secret-named flags of this process's command line (`--api-key VALUE`) are read at each
-call, so a key exported later is hidden too. Masking goes by value, so a key inside a URL, a JSON blob or an error
-message is hidden wherever it lands.
+call, so a key exported later is hidden too. A URL's credentials are secrets wherever the URL comes from (a recipe,
+a flag, a `${NAME}`): its userinfo, and query values whose key says so (`?api_key=...`). Masking goes by value, so a
+key inside a URL, a JSON blob or an error message is hidden wherever it lands.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import os
@@ -18,7 +20,7 @@ import re
 import sys
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import IO, Any
 
@@ -32,6 +34,8 @@ SECRET_WORDS = frozenset(
 # Shorter values are placeholders ("EMPTY", "none", "dummy"), not keys: masking them would garble ordinary text.
 MIN_SECRET_LEN = 8
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+# A URL inside any text: a flag's value, an override (`models.judge.endpoint=http://...`), an error message.
+URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 _registered: set[str] = set()
 _lock = threading.Lock()
@@ -52,18 +56,38 @@ def register(values: Iterable[str | None]) -> None:
 
 def known(environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> set[str]:
     """Every secret value of this process: registered ones, those of secret-named environment variables, and those
-    given on this process's command line to a secret-named flag (`--api-key VALUE`, `--hf-token=VALUE`)."""
+    on this process's command line: given to a secret-named flag (`--api-key VALUE`, `--hf-token=VALUE`) or inside a
+    URL's credentials (`--endpoint http://user:KEY@host/v1`)."""
     env = os.environ if environ is None else environ
-    found = {v for k, v in env.items() if is_secret_name(k)} | set(_flag_values(sys.argv if argv is None else argv))
+    found = {v for k, v in env.items() if is_secret_name(k)} | _argv_secrets(tuple(sys.argv if argv is None else argv))
     with _lock:
         return _registered | {v for v in found if len(v.strip()) >= MIN_SECRET_LEN}
 
 
-def _flag_values(argv: Sequence[str]) -> Iterator[str]:
-    for flag, following in zip(argv, [*argv[1:], ""], strict=True):
+@lru_cache(maxsize=8)
+def _argv_secrets(argv: tuple[str, ...]) -> frozenset[str]:
+    found = set(url_credentials(" ".join(argv)))
+    for flag, following in itertools.pairwise([*argv, ""]):
         name, eq, value = flag.partition("=")
         if name.startswith("--") and is_secret_name(name):
-            yield value if eq else following
+            found.add(value if eq else following)
+    return frozenset(found)
+
+
+def url_credentials(text: str) -> list[str]:
+    """The credentials of every URL in `text`, as written and decoded: the password of its userinfo (the user, when
+    it has no password: `https://TOKEN@host`) and the values of query keys that name a secret (`?api_key=...`)."""
+    found: list[str] = []
+    for url in URL.findall(text):
+        authority = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0]
+        user, _, password = authority.rpartition("@")[0].partition(":")
+        if password or user:
+            found += {password or user, urllib.parse.unquote(password or user)}
+        for pair in url.partition("#")[0].partition("?")[2].split("&"):
+            key, eq, value = pair.partition("=")
+            if eq and value and is_secret_name(urllib.parse.unquote_plus(key)):
+                found += {value, urllib.parse.unquote_plus(value)}
+    return found
 
 
 def redact(text: str, environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> str:

@@ -25,6 +25,8 @@ def describe_error(exc: ValidationError, root: type[BaseModel]) -> str:
         where = ".".join([*shown, key])
         hint = did_you_mean(key, list(parent.model_fields)) if parent is not None else ""
         line = f"unknown key {where!r}{hint}"
+    elif first["type"] == "config_number":  # a model's own error: its location is the model, union tags dropped
+        line = _explain(first, ".".join(_walk(root, loc)[0]) or "(top level)")
     else:
         where = ".".join([*shown, *(map(str, loc[-1:]) if loc else [])]) or "(top level)"
         line = _explain(first, where)
@@ -46,6 +48,10 @@ def _explain(error: Any, where: str) -> str:
     kind, msg = error["type"], error["msg"]
     if kind == "missing":
         return f"required key {where!r} is missing"
+    if kind == "config_number":  # raised by a model, not a field: `where` is the model's key
+        return f"{where}.{msg}" if where != "(top level)" else msg
+    if kind == "config_field":  # a field's own check (schema.FileName): the message leaves the key to us
+        return f"{where}: {msg}"
     if kind == "value_error":
         return msg.removeprefix("Value error, ")
     ctx = error.get("ctx", {})

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import open_text
+from memrl.core.files import open_text, parse_json
+from memrl.core.outcomes import require_data
 from memrl.rollout.judger.heads import Head
 from memrl.rollout.judger.inputs import JudgerInput
 
@@ -28,10 +28,8 @@ def pairs_file(ref: Path, split: str) -> Path:
 
 
 def require_pairs(ref: Path, split: str) -> Path:
-    path = pairs_file(ref, split)
-    if not path.is_file():
-        raise ConfigError(f"{path} does not exist: build judger data with `memrl data judger --tod-dir O --out {ref}`")
-    return path
+    hint = f"build judger data with `memrl data judger --tod-dir O --out {ref}`"
+    return require_data(pairs_file(ref, split), "judger data", hint)
 
 
 def read_pairs(path: Path) -> list[dict[str, Any]]:
@@ -41,10 +39,7 @@ def read_pairs(path: Path) -> list[dict[str, Any]]:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise ConfigError(f"{path}:{n}: not a JSON object") from None
+            row = parse_json(line, f"{path}:{n}", ConfigError, line=False)
             if not isinstance(row, dict):
                 raise ConfigError(f"{path}:{n}: not a JSON object")
             missing = [k for k in REQUIRED if k not in row]

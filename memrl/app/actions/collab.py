@@ -34,7 +34,7 @@ def evaluate_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> dict[
             markup=False,
         )
     console.print(f"wrote {out / 'sessions.jsonl'}, {out / 'metrics.json'}, {out / 'sessions.png'}")
-    run.check()  # sessions failed and none finished: fail, now that the metrics say so
+    run.check("eval collab")  # sessions failed and none finished: fail, now that the metrics say so
     return summary
 
 

@@ -41,20 +41,23 @@ def _setup(cfg: PahfEvalConfig) -> dict[str, Any]:
 def evaluate_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> dict[str, Any]:
     from memrl.core.runfolder import claim
     from memrl.envs.actors import FAILED_FILE
-    from memrl.envs.pahf.protocol import compute_metrics, plot_curves
+    from memrl.envs.pahf.protocol import LeftOut, compute_metrics, plot_curves
     from memrl.envs.pahf.runner import TASKS_FILE, run_pahf
 
     cfg.domain_dir()  # a missing --data fails before any model or Ray starts
     claim(out, cfg, may_change=RESUMABLE_CHANGES)
-    run = run_pahf(cfg, out, console)
+    left_out = LeftOut()  # scenarios without a gold: named on the console and under metrics' `problems`
+    run = run_pahf(cfg, out, console, left_out)
     tasks = {"planned": run.planned, "finished": len(run.records), "failed": len(run.failed), "retried": run.retried}
     metrics = compute_metrics(run.records) | {"tasks": tasks, "setup": _setup(cfg)}
+    if left_out.scenarios:
+        metrics["problems"] = left_out.summary()
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     plots = plot_curves(metrics, out)
     console.print(f"wrote {out / TASKS_FILE}, {out / 'metrics.json'}, {', '.join(p.name for p in plots)}")
     if run.failed:
         console.print(f"{len(run.failed)} tasks failed (see {out / FAILED_FILE}); rerun the same command to retry them")
-    run.check()  # tasks failed and none finished: fail, now that the metrics say so
+    run.check("eval pahf")  # tasks failed and none finished: fail, now that the metrics say so
     return metrics
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from memrl.app.actions import Action
 from memrl.core.errors import ConfigError
+from memrl.core.files import describe_kind
 from memrl.core.schema import StrictModel
 from memrl.envs.tod.config import TodEvalConfig
 
@@ -112,11 +113,14 @@ RESUMABLE_CHANGES = {"individuals", "sessions", "split_from", "strict"}
 def _check_inputs(cfg: TodEvalConfig) -> None:
     """Paths the workers will read, checked before any model or Ray starts."""
     if not cfg.data.is_dir():
-        raise ConfigError(f"--data {cfg.data}: not a folder")
-    if not cfg.schema_path().exists():
-        raise ConfigError(f"{cfg.schema_path()}: no schema (pass --schema with an SGD schema.json or an SGD folder)")
+        raise ConfigError(f"--data {cfg.data}: not a folder ({describe_kind(cfg.data)})")
+    schema = cfg.schema_path()
+    if (kind := describe_kind(schema)) not in ("a file", "a folder"):  # a FIFO exists, yet reading it would hang
+        raise ConfigError(f"{schema}: no schema ({kind}); pass --schema with an SGD schema.json or an SGD folder")
     if cfg.judger is not None and not cfg.judger.is_dir():
-        raise ConfigError(f"--judger {cfg.judger}: not a folder (a trained judger, or `none`)")
+        raise ConfigError(
+            f"--judger {cfg.judger}: not a folder ({describe_kind(cfg.judger)}); a trained judger, or `none`"
+        )
     if cfg.reader == "template" and cfg.llm_roles() and cfg.llm is None:
         raise ConfigError(f"--reader template plays no model: name one with --llm for the llm {cfg.llm_roles()[0]}")
     if cfg.split_from is not None:
@@ -160,7 +164,7 @@ def evaluate_tod(cfg: TodEvalConfig, out: Path, console: Console) -> dict[str, A
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     chart = recall_chart(metrics, out / RECALL_AT_K, title=f"eval tod ({cfg.retriever})")
     console.print(f"wrote {out / SESSIONS_FILE}, {out / 'metrics.json'}" + (f", {chart.path}" if chart else ""))
-    run.check()  # sessions failed and none finished: fail, now that the metrics say so
+    run.check("eval tod")  # sessions failed and none finished: fail, now that the metrics say so
     return metrics
 
 

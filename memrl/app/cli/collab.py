@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import read_text
+from memrl.core.files import check_file, check_folder, read_text
 
 collab_app = typer.Typer(help="MultiSessionCollab: preferences, checkers, comparisons.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -68,7 +68,9 @@ def compare(
     from memrl.envs.collab.metrics import write_comparison
 
     for d in (memory_dir, baseline_dir):
-        if not (d / "metrics.json").is_file():
+        check_folder(d, ConfigError)
+        if not (d / "metrics.json").exists():
             raise ConfigError(f"{d}/metrics.json not found: run `memrl eval collab --out {d}` first")
+        check_file(d / "metrics.json", ConfigError)  # a FIFO or a folder there: say so, not "not found"
     deltas = write_comparison(memory_dir, baseline_dir, out)
     typer.echo(f"{len(deltas)} sessions compared: {out / 'deltas.json'}, {out / 'deltas.png'}")

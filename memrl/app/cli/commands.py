@@ -4,12 +4,15 @@ and the spellings the commands have always had (`--judger none`, `--top-units 0`
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from memrl.app.actions import collab, judger, pahf, tod
 from memrl.app.cli.from_config import Flag, Spec, client_flags, config_command, in_flight, nested_flag
+from memrl.core.errors import ConfigError
+from memrl.core.files import check_folder
 from memrl.rollout.config import model_from_spec
 
 
@@ -19,6 +22,8 @@ def _judger(spec: Spec, value: str, model: type[BaseModel]) -> None:
 
         if Path(value).is_dir():  # a folder holding no judger fails here, not in a worker that dies on it
             JudgerInfo.read(judger_folder(value))
+        elif os.path.lexists(value):  # a file, a FIFO, a broken link: say so before the model libraries load
+            check_folder(value, ConfigError)
         spec["judger"] = value
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from memrl.app.cli import commands
+from memrl.app.cli.from_config import plain_path
 
 data_app = typer.Typer(help="Build training datasets from environment runs.", no_args_is_help=True)
 
@@ -21,10 +22,16 @@ class Gold(StrEnum):
 @data_app.command("reflection")
 def reflection(
     train_sessions: Annotated[
-        list[Path], typer.Option("--train-sessions", help="sessions.jsonl of a collab run on train users (repeatable)")
+        list[Path],
+        typer.Option(
+            "--train-sessions", callback=plain_path, help="sessions.jsonl of a collab run on train users (repeatable)"
+        ),
     ],
     eval_sessions: Annotated[
-        list[Path], typer.Option("--eval-sessions", help="sessions.jsonl of a collab run on eval users (repeatable)")
+        list[Path],
+        typer.Option(
+            "--eval-sessions", callback=plain_path, help="sessions.jsonl of a collab run on eval users (repeatable)"
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", help="output folder (train/eval JSONL, sft/, rl/, llamafactory/)")],
     gold: Annotated[
@@ -33,7 +40,7 @@ def reflection(
 ) -> None:
     """Reflection SFT/RL data from collab sessions; train and eval must share no user and no problem."""
     from memrl.core.errors import ConfigError
-    from memrl.data_gen.reflection import build_from_sessions, load_sessions, write_dataset
+    from memrl.data_gen.reflection import build_from_sessions, load_sessions, require_records, write_dataset
 
     train_records = [s for path in train_sessions for s in load_sessions(path)]
     eval_records = [s for path in eval_sessions for s in load_sessions(path)]
@@ -41,9 +48,7 @@ def reflection(
         if not records:
             raise ConfigError(f"no session records in {', '.join(map(str, paths))}")
     train, eval_, skipped = build_from_sessions(train_records, eval_records, gold.value)
-    if not train:
-        why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in skipped.train.to_dict().items() if v and k != "total")
-        raise ConfigError(f"no training records: all {len(train_records)} train sessions were skipped ({why})")
+    require_records("data reflection", train, eval_, skipped, (len(train_records), len(eval_records)))
     stats = write_dataset(train, eval_, out, skipped)
     for split, s in (("train", stats.train), ("eval", stats.eval)):
         skips = s.skipped

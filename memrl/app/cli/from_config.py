@@ -27,7 +27,11 @@ from pydantic_core import PydanticUndefined
 from rich.console import Console
 
 from memrl.app.actions import Action
+from memrl.app.context import redact_console
 from memrl.core.errors import ConfigError
+from memrl.core.files import describe_kind
+from memrl.core.schema import number_problem
+from memrl.core.secrets import redact_logs
 from memrl.core.validation import describe_error
 from memrl.rollout.config import HFModelConfig, OpenAIModelConfig, VLLMModelConfig, model_from_spec
 
@@ -108,9 +112,32 @@ def _shown_default(info: FieldInfo) -> str | bool:
     return str(default)
 
 
+def sane_number(param: typer.CallbackParam, value: Any) -> Any:
+    """Callback of every numeric flag: NaN, infinities and absurd sizes (`--timeout inf`, `--max-tokens 1e20`,
+    `--seed -1`) are a usage error naming the flag, as a config file's would be (`schema.number_problem`)."""
+    for item in value if isinstance(value, list | tuple) else (value,):
+        if problem := number_problem(item, param.name or ""):
+            raise typer.BadParameter(problem)
+    return value
+
+
+def plain_path(value: Any) -> Any:
+    """Callback of every path flag: a FIFO, a device or a socket is refused before anything opens it (opening a FIFO
+    waits for a writer for ever; a device reads without end), in words that say what it is."""
+    for item in value if isinstance(value, list | tuple) else (value,):
+        if isinstance(item, Path) and item.exists() and not (item.is_file() or item.is_dir()):
+            raise typer.BadParameter(f"{item}: {describe_kind(item)}, not a file nor a folder")
+    return value
+
+
+_CHECKS = {int: sane_number, float: sane_number, Path: plain_path}
+
+
 def _option(name: str, annotation: Any, help_: str, *, required: bool, shown: str | bool) -> inspect.Parameter:
     flag = "--" + name.replace("_", "-")
-    option = typer.Option(flag, help=help_, show_default=shown) if not required else typer.Option(flag, help=help_)
+    item = typing.get_args(annotation)[0] if typing.get_origin(annotation) is list else annotation
+    check: dict[str, Any] = {"callback": _CHECKS[item]} if item in _CHECKS else {}
+    option = typer.Option(flag, help=help_, show_default=False if required else shown, **check)
     default = ... if required else None
     hint = annotation if required else annotation | None
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[hint, option])
@@ -149,8 +176,10 @@ def config_command(
     for flag in flags:
         params.append(_option(flag.name, flag.annotation, flag.help, required=False, shown=False))
     console = Console(stderr=True)
+    redact_console(console)  # an action's lines may quote a URL with credentials ("session failed: ...")
 
     def command(**values: Any) -> None:
+        redact_logs()
         given = {n: v for n, v in values.items() if v is not None and v != [] and v != ()}  # unset repeatables: empty
         spec: Spec = {fields[n]: list(v) if isinstance(v, tuple) else v for n, v in given.items() if n in fields}
         concurrency = in_flight(spec, model)
@@ -179,7 +208,8 @@ def client_flags(roles: Sequence[str]) -> list[Flag]:
         def apply(spec: Spec, value: Any, model: type[BaseModel]) -> None:
             for role in roles:
                 if isinstance(spec.get(role), OpenAIModelConfig):
-                    spec[role] = spec[role].model_copy(update={key: value})
+                    spec[role] = spec[role].model_copy()
+                    setattr(spec[role], key, value)  # an assignment is validated: the config's bounds hold
 
         return apply
 

@@ -16,11 +16,13 @@ from rich.table import Table
 from memrl.app.cli import commands
 from memrl.app.cli.collab import collab_app
 from memrl.app.cli.data import data_app
-from memrl.app.cli.errors import user_error
+from memrl.app.cli.errors import print_redacted, user_error
+from memrl.app.cli.from_config import sane_number
 from memrl.app.cli.pahf import pahf_app
 from memrl.app.cli.preflight import preflight
 from memrl.app.cli.reflector import eval_reflector, export
 from memrl.app.cli.reward import reward_app
+from memrl.app.context import redact_console
 from memrl.core.errors import MemrlError
 
 app = typer.Typer(
@@ -51,6 +53,7 @@ app.command("export")(export)
 app.command("preflight")(preflight)
 
 console = Console(stderr=True)
+redact_console(console)
 _debug = False
 
 Overrides = Annotated[list[str] | None, typer.Argument(help="dotted.key=value overrides", show_default=False)]
@@ -191,11 +194,15 @@ def chat(
         str | None, typer.Option(envvar="OPENAI_API_KEY", help="key for --endpoint", show_default=False)
     ] = None,
     system: Annotated[str | None, typer.Option(help="system prompt")] = None,
-    max_tokens: Annotated[int, typer.Option(min=1)] = 128,
-    temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
-    seed: int | None = None,
-    timeout: Annotated[float, typer.Option(min=0.001, help="seconds per request (endpoint only)")] = 60.0,
-    retries: Annotated[int, typer.Option(min=0, help="retries on 429/5xx/connection errors (endpoint only)")] = 2,
+    max_tokens: Annotated[int, typer.Option(min=1, callback=sane_number)] = 128,
+    temperature: Annotated[float, typer.Option(min=0.0, callback=sane_number)] = 0.0,
+    seed: Annotated[int | None, typer.Option(callback=sane_number)] = None,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, max=86400, callback=sane_number, help="seconds per request (endpoint only)")
+    ] = 60.0,
+    retries: Annotated[
+        int, typer.Option(min=0, max=100, help="retries on 429/5xx/connection errors (endpoint only)")
+    ] = 2,
     as_json: Annotated[bool, typer.Option("--json", help="print text and usage as JSON")] = False,
 ) -> None:
     """One chat completion through any backend: a smoke test."""
@@ -302,8 +309,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if type(exc).__name__ == "NoArgsIsHelpError":  # the help is printed already (typer's own test, cf. #1278)
             raise SystemExit(2) from None
         line = user_error(exc)
-        if line is None or _debug:
-            raise
+        if line is None or _debug:  # a bug, or --debug: the traceback, with every known secret masked
+            print_redacted(type(exc), exc, exc.__traceback__)
+            raise SystemExit(1) from None
         # One plain line: rich would wrap it at the terminal width.
         print(f"memrl: error: {line}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -41,7 +41,7 @@ def load_scenario(spec: str) -> ShoppingScenario:
     path = Path(spec)
     if not path.is_file() and ":" in spec:
         file, _, index = spec.rpartition(":")
-        if not index.lstrip("-").isdigit():
+        if not (index.isascii() and index.lstrip("-").isdigit()):  # not `²`, which int() refuses
             raise PahfDataError(f"--scenario {spec}: expected FILE or PHASEFILE:INDEX with an integer index")
         rows = load_shopping_phase(file)
         i = int(index)

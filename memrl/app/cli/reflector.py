@@ -11,8 +11,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from memrl.app.cli.from_config import sane_number
 from memrl.core.errors import ConfigError
-from memrl.core.files import read_json
+from memrl.core.files import check_folder, read_json
 
 console = Console(stderr=True)
 
@@ -21,11 +22,14 @@ def export(
     checkpoint: Annotated[Path, typer.Option(help="a stage folder, its final/ or checkpoint-N/, or a verl checkpoint")],
     out: Annotated[Path, typer.Option(help="where the standalone model goes")],
     lora_alpha: Annotated[
-        int | None, typer.Option(min=1, help="verl LoRA checkpoints: the alpha to write when verl saved 0")
+        int | None,
+        typer.Option(min=1, callback=sane_number, help="verl LoRA checkpoints: the alpha to write when verl saved 0"),
     ] = None,
 ) -> None:
     """Merge LoRA into the base and write safetensors, tokenizer and a model card."""
     from memrl.core.checkpoints import final_dir
+
+    check_folder(checkpoint, ConfigError)  # before the model libraries load (seconds): a FIFO, a file, nothing
     from memrl.train.export import export_checkpoint
 
     source = final_dir(checkpoint)
@@ -57,14 +61,20 @@ def eval_reflector(
     judge: Annotated[str, typer.Option(help="offline | llm")] = "offline",
     endpoint: Annotated[str | None, typer.Option(help="OpenAI-compatible URL of the LLM judge")] = None,
     judge_model: Annotated[str | None, typer.Option(help="judge model name (served name with --endpoint)")] = None,
-    max_samples: Annotated[int | None, typer.Option(min=1)] = None,
-    max_tokens: Annotated[int, typer.Option(min=1, help="reflection budget")] = 256,
+    max_samples: Annotated[int | None, typer.Option(min=1, callback=sane_number)] = None,
+    max_tokens: Annotated[int, typer.Option(min=1, callback=sane_number, help="reflection budget")] = 256,
     baseline: Annotated[
         str | None, typer.Option(help="online check: the reflector to compare with (default: the model's base)")
     ] = None,
-    online_users: Annotated[int, typer.Option(min=0, help="online check users (0: skip the online check)")] = 0,
-    online_sessions: Annotated[int, typer.Option(min=1, help="online check sessions per user")] = 3,
-    online_max_turns: Annotated[int, typer.Option(min=1, help="online check agent replies per session")] = 10,
+    online_users: Annotated[
+        int, typer.Option(min=0, callback=sane_number, help="online check users (0: skip the online check)")
+    ] = 0,
+    online_sessions: Annotated[
+        int, typer.Option(min=1, callback=sane_number, help="online check sessions per user")
+    ] = 3,
+    online_max_turns: Annotated[
+        int, typer.Option(min=1, callback=sane_number, help="online check agent replies per session")
+    ] = 10,
     agent_model: Annotated[str, typer.Option(help="online check: the agent model")] = "smollm2",
 ) -> None:
     """Held-out reward of a reflector and its parts; optionally the online check in collab against a baseline.

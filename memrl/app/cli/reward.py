@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from memrl.app.cli.from_config import sane_number
 from memrl.core.errors import BackendError, ConfigError
 from memrl.core.files import read_text
 
@@ -22,7 +23,7 @@ def _group() -> None:
 
 
 def _read(path: Path, what: str) -> str:
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"{what} file not found: {path}")
     return read_text(path, ConfigError)  # a binary or Latin-1 file: one line naming it
 
@@ -74,8 +75,8 @@ def score(
     expected: Annotated[
         str | None, typer.Option(help="comma-separated taxonomy ids the notes should hold (default: derived)")
     ] = None,
-    coverage_weight: float = 1.0,
-    format_weight: float = 1.0,
+    coverage_weight: Annotated[float, typer.Option(callback=sane_number)] = 1.0,
+    format_weight: Annotated[float, typer.Option(callback=sane_number)] = 1.0,
     cache_dir: Annotated[
         Path | None, typer.Option(help="LLM judge verdict cache (default <memrl cache>/judge)")
     ] = None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -12,9 +11,10 @@ from pydantic import Field, model_validator
 from memrl.app.context import RunContext
 from memrl.app.stages.base import StageKind
 from memrl.core.errors import ConfigError
+from memrl.core.files import parse_json, read_text
 from memrl.core.jsonl import ResumableJsonl
 from memrl.core.progress import progress
-from memrl.core.schema import StrictModel
+from memrl.core.schema import FileName, StrictModel
 from memrl.rollout.base import Message
 from memrl.rollout.config import SamplingConfig
 
@@ -28,7 +28,7 @@ class GenerateStage(StrictModel):
     prompts_file: Path | None = Field(default=None, description="JSONL with a 'prompt' field, or plain text lines")
     system: str | None = None
     sampling: SamplingConfig = SamplingConfig()
-    output: str = "generations.jsonl"
+    output: FileName = "generations.jsonl"
 
     @model_validator(mode="after")
     def _has_prompts(self) -> GenerateStage:
@@ -39,19 +39,16 @@ class GenerateStage(StrictModel):
 
 def _read_prompts(stage: GenerateStage) -> list[str]:
     prompts = list(stage.prompts)
-    if stage.prompts_file is not None:
-        if not stage.prompts_file.is_file():
-            raise ConfigError(f"prompts_file {stage.prompts_file} does not exist")
-        for n, line in enumerate(stage.prompts_file.read_text().splitlines(), 1):
+    path = stage.prompts_file
+    if path is not None:
+        for n, line in enumerate(read_text(path, ConfigError).splitlines(), 1):
             if not line.strip():
                 continue
-            if stage.prompts_file.suffix == ".jsonl":
-                try:
-                    prompts.append(str(json.loads(line)["prompt"]))
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise ConfigError(
-                        f"{stage.prompts_file}:{n}: expected a JSON object with a 'prompt' field"
-                    ) from None
+            if path.suffix == ".jsonl":
+                record = parse_json(line, f"{path}:{n}", ConfigError, line=False)
+                if not isinstance(record, dict) or "prompt" not in record:
+                    raise ConfigError(f"{path}:{n}: expected a JSON object with a 'prompt' field")
+                prompts.append(str(record["prompt"]))
             else:
                 prompts.append(line)
     return prompts

@@ -33,6 +33,13 @@ class ReflectionDataStage(StrictModel):
     )
     train_sessions: list[Path] = Field(default_factory=list, description="use these sessions.jsonl, run nothing")
     eval_sessions: list[Path] = Field(default_factory=list)
+    min_success: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="share of each split's sessions left to run that must finish, else the stage fails and writes "
+        "no dataset (a rerun runs the failed ones again)",
+    )
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> ReflectionDataStage:
@@ -42,26 +49,33 @@ class ReflectionDataStage(StrictModel):
 
 
 def run_reflection_data(stage: ReflectionDataStage, ctx: RunContext, name: str) -> None:
-    from memrl.data_gen.reflection import build_from_sessions, load_sessions, write_dataset
+    from memrl.data_gen.reflection import build_from_sessions, load_sessions, require_records, write_dataset
 
     out = ctx.stage_dir(name)
     if stage.train_sessions:
         train = [s for path in stage.train_sessions for s in load_sessions(path)]
         evaluation = [s for path in stage.eval_sessions for s in load_sessions(path)]
     else:
-        train = _collab_sessions(stage, "train", stage.train_users, out / "collab-train", ctx)
-        evaluation = _collab_sessions(stage, "eval", stage.eval_users, out / "collab-eval", ctx)
+        train = _collab_sessions(stage, "train", stage.train_users, out / "collab-train", ctx, name)
+        evaluation = _collab_sessions(stage, "eval", stage.eval_users, out / "collab-eval", ctx, name)
     train_records, eval_records, skipped = build_from_sessions(train, evaluation, stage.gold)
+    require_records(name, train_records, eval_records, skipped, (len(train), len(evaluation)))
     stats = write_dataset(train_records, eval_records, out, skipped)
     ctx.console.print(f"{name}: {json.dumps(stats.to_dict()['train'])}")
     ctx.console.print(f"{name}: {len(train_records)} train / {len(eval_records)} eval reflection samples in {out}")
 
 
-def _collab_sessions(stage: ReflectionDataStage, split: str, users: int, out: Path, ctx: RunContext) -> list[dict]:
-    from memrl.envs.collab.runner import run_collab
+def _collab_sessions(
+    stage: ReflectionDataStage, split: str, users: int, out: Path, ctx: RunContext, name: str
+) -> list[dict]:
+    """The split's finished sessions; fails (writing no dataset) when fewer than `min_success` of those run finished."""
+    from memrl.envs.collab.runner import collab_run
 
     cfg = stage.collab.model_copy(update={"split": split, "users": users, "seed": ctx.recipe.seed})
-    return run_collab(cfg, out, ctx.console)
+    run = collab_run(cfg, out, ctx.console)
+    then = f"no dataset written; a rerun runs them again ({out / 'failed.jsonl'})"
+    run.check(f"{name} ({split} split)", stage.min_success, then)
+    return run.records
 
 
 def plan_reflection_data(stage: ReflectionDataStage, ctx: RunContext, name: str) -> list[str]:

@@ -12,6 +12,7 @@ from memrl.app.context import RunContext
 from memrl.app.recipe import RESOLVED_NAME, LoadedRecipe, load_recipe
 from memrl.app.stages.registry import kind_of
 from memrl.core.errors import ConfigError
+from memrl.core.files import check_file, check_folder
 from memrl.core.runfolder import hold
 
 
@@ -56,11 +57,13 @@ def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = 
 def resume_run(run_dir: Path, console: Console, only: list[str] | None = None, dry_run: bool = False) -> Path:
     """Rerun the run saved in `run_dir` from its resolved recipe: finished stages are skipped, an interrupted
     training stage continues from its newest checkpoint. Outputs stay in `run_dir`, wherever it was started from."""
-    if not run_dir.is_dir():
+    if not run_dir.exists():
         raise ConfigError(f"run folder {run_dir} does not exist")
+    check_folder(run_dir, ConfigError)
     saved = run_dir / RESOLVED_NAME
-    if not saved.is_file():
+    if not saved.exists():
         raise ConfigError(f"{run_dir} is not a memrl run folder: {RESOLVED_NAME} is missing")
+    check_file(saved, ConfigError)  # a FIFO or a folder under that name: say what it is
     loaded = load_recipe(saved)
     loaded.recipe = loaded.recipe.model_copy(update={"output_dir": run_dir.resolve()})
     return run_recipe(loaded, console, only=only, dry_run=dry_run)

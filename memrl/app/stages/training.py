@@ -59,6 +59,15 @@ class Trainer(Generic[S]):
 
     run: Callable[[S, RunContext, str, str, Path], None]
     describe: Callable[[S, RunContext, str, str, Path], list[str]]
+    files: tuple[str, ...] = ()  # the data files it reads (LLaMA-Factory: checked by llamafactory_run.dataset_folder)
+
+    def require_data(self, data: Path) -> None:
+        """Each data file missing or empty, in one line, before any trainer starts (a library given an empty file
+        fails minutes later with a traceback: `datasets` raised StopIteration)."""
+        from memrl.core.outcomes import require_data
+
+        for file in self.files:
+            require_data(data / file, "training data", "run the reflection_data stage first, or name its folder")
 
 
 # ---- TRL: in-process, or one process per GPU under `accelerate launch` (memrl.app.stages.relaunch) --------------
@@ -250,8 +259,13 @@ SFT_TRAINERS: dict[str, Trainer[SFTStage]] = {
     "trl": Trainer(
         _trl_sft,
         lambda s, c, n, base, data: plan_trl(s.cluster, c, n, f"TRL SFTTrainer on {base}, data {data / 'sft'}"),
+        ("sft/train.jsonl", "sft/eval.jsonl"),
     ),
-    "verl": Trainer(_verl_sft, lambda s, c, n, base, data: _shown(_verl_sft_command(s, c, n, base, data, True).argv)),
+    "verl": Trainer(
+        _verl_sft,
+        lambda s, c, n, base, data: _shown(_verl_sft_command(s, c, n, base, data, True).argv),
+        ("sft/train.parquet", "sft/eval.parquet"),
+    ),
     "llamafactory": Trainer(_llamafactory, _llamafactory_plan),
 }
 GRPO_TRAINERS: dict[str, Trainer[GRPOStage]] = {
@@ -260,8 +274,13 @@ GRPO_TRAINERS: dict[str, Trainer[GRPOStage]] = {
         lambda s, c, n, base, data: plan_trl(
             s.cluster, c, n, f"TRL GRPOTrainer from {s.init or base}, data {data / 'rl'}"
         ),
+        ("rl/train.jsonl",),
     ),
-    "verl": Trainer(_verl_grpo, lambda s, c, n, base, data: _shown(_verl_grpo_command(s, c, n, base, data, True).argv)),
+    "verl": Trainer(
+        _verl_grpo,
+        lambda s, c, n, base, data: _shown(_verl_grpo_command(s, c, n, base, data, True).argv),
+        ("rl/train.parquet", "rl/eval.parquet"),
+    ),
 }
 
 
@@ -284,7 +303,9 @@ def _run(trainers: dict[str, Trainer[S]]) -> Callable[[S, RunContext, str], None
         if stage.trainer == "trl" and (point := resume_point(out)) is not None:
             ctx.console.print(f"{name}: resuming from {point} (same seed, same data order)")
         stage = _with_init(stage, ctx)
-        trainers[stage.trainer].run(stage, ctx, name, ctx.model_ref(stage.model), ctx.artifact(stage.data))
+        trainer, data = trainers[stage.trainer], ctx.artifact(stage.data)
+        trainer.require_data(data)
+        trainer.run(stage, ctx, name, ctx.model_ref(stage.model), data)
 
     return run
 
