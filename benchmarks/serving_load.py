@@ -124,7 +124,7 @@ def table(result: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", type=int, default=6, help="simulated users, all at once")
+    parser.add_argument("--users", type=int, default=4, help="simulated users, all at once")
     parser.add_argument("--sessions", type=int, default=1, help="sessions per user, in order")
     parser.add_argument("--in-flight", type=int, default=20, help="requests in flight (the quickstart's 20)")
     parser.add_argument("--loads", type=int, nargs="+", default=[1, 2, 3], help="busy loops per core, in turn")
