@@ -55,8 +55,8 @@ def split_credentials(url: str) -> tuple[str, dict[str, str]]:
     parts = urllib.parse.urlsplit(url)
     if parts.username is None and parts.password is None:
         return url, {}
+    secrets.register(secrets.url_credentials(url))
     user, password = urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
-    secrets.register([password, user if not password else None])
     host = parts.hostname or ""
     netloc = f"[{host}]" if ":" in host else host
     netloc += f":{parts.port}" if parts.port else ""
@@ -150,8 +150,16 @@ class OpenAIBackend(ChatBackend):
 
     def _completion(self, response: object) -> Completion:
         """The completion in a parsed response, or one line saying what the endpoint sent instead."""
+        if isinstance(response, str):  # a body the SDK left as text (no JSON content type): a completion if it parses
+            text = response
+            try:
+                response = json.loads(text)
+            except (ValueError, RecursionError):
+                response = text
+            if isinstance(response, str):
+                raise self._not_a_completion(f"text ({text[:60]!r})")
         if not isinstance(response, dict):
-            return self._reject(response)
+            raise self._not_a_completion(f"a JSON {type(response).__name__}")
         choices = response.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else None
         message = choice.get("message") if isinstance(choice, dict) else None
@@ -160,21 +168,6 @@ class OpenAIBackend(ChatBackend):
             raise self._not_a_completion("JSON without choices[0].message.content")
         assert isinstance(choice, dict)
         return self._record(content or "", response.get("usage"), choice.get("finish_reason"))
-
-    def _reject(self, response: object) -> Completion:
-        if isinstance(response, str):
-            return self._completion_from_text(response)
-        raise self._not_a_completion(f"a JSON {type(response).__name__}")
-
-    def _completion_from_text(self, text: str) -> Completion:
-        """A body the SDK left as text (no JSON content type): a completion only if it parses as one."""
-        try:
-            parsed = json.loads(text)
-        except (ValueError, RecursionError):
-            raise self._not_a_completion(f"text ({text[:60]!r})") from None
-        if isinstance(parsed, str):
-            raise self._not_a_completion(f"text ({text[:60]!r})")
-        return self._completion(parsed)
 
     def _record(self, text: str, usage: object, finish_reason: object) -> Completion:
         counts = usage if isinstance(usage, dict) else {}

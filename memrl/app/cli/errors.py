@@ -19,10 +19,11 @@ import typer.main
 import yaml
 from pydantic import ValidationError
 
-from memrl.core.errors import MemrlError, first_line
+from memrl.core.errors import MemrlError
 from memrl.core.files import describe_os_error
 from memrl.core.secrets import redact
 from memrl.core.validation import describe_any
+from memrl.core.yamlsafe import describe_yaml_error
 
 
 def user_error(exc: BaseException) -> str | None:
@@ -37,7 +38,7 @@ def user_error(exc: BaseException) -> str | None:
         case json.JSONDecodeError():
             line = f"an input file is not valid JSON ({exc.msg}, line {exc.lineno})"
         case yaml.MarkedYAMLError():  # text that failed to parse, read by a reader that names no input
-            line = f"an input is not valid YAML ({_yaml_problem(exc)})"
+            line = f"an input is not valid YAML ({describe_yaml_error(exc)})"  # no snippet: it may be a secret
         case OSError():
             line = describe_os_error(exc) + _under_cache(exc.filename)
         case ValidationError():
@@ -45,14 +46,6 @@ def user_error(exc: BaseException) -> str | None:
         case _:
             return None
     return redact(" ".join(part.strip() for part in line.splitlines() if part.strip()) or type(exc).__name__)
-
-
-def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
-    """What is wrong and where, without PyYAML's snippet of the text: it may be a secret's value (`${TOKEN}`)."""
-    if exc.problem is None:
-        return first_line(exc)
-    mark = exc.problem_mark
-    return exc.problem if mark is None else f"{exc.problem}, line {mark.line + 1} column {mark.column + 1}"
 
 
 def _under_cache(filename: object) -> str:
