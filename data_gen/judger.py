@@ -19,6 +19,7 @@ from memrl.core.errors import ConfigError, MemrlError
 from memrl.core.files import atomic_write_json, atomic_writer, open_text
 from memrl.core.outcomes import NothingDoneError
 from memrl.core.splits import check_disjoint as check_splits_disjoint
+from memrl.envs.tod.extract import folder_schemas
 from memrl.envs.tod.formats import Individual, LoadProblems, Session, as_dicts, load_tod_dir
 from memrl.envs.tod.labels import NEGATIVE_KINDS, label
 from memrl.envs.tod.memory import (
@@ -37,7 +38,7 @@ SPLITS = ("train", "eval")
 
 
 def query_rows(ind: Individual, session: Session, bank: MemoryBank, schemas: Schemas) -> list[dict[str, Any]]:
-    """One row per QA pair of the sessions before `session` (a confirming session)."""
+    """One row per QA pair of the sessions before `session` (a confirming session that can be scored)."""
     assert session.confirmation_state is not None
     goal = session.confirmation_state.slot_values
     context = session.context()
@@ -78,7 +79,7 @@ def query_rows(ind: Individual, session: Session, bank: MemoryBank, schemas: Sch
 
 
 def individual_rows(ind: Individual, bank: MemoryBank, schemas: Schemas) -> list[dict[str, Any]]:
-    return [r for s in ind.sessions if s.confirming for r in query_rows(ind, s, bank, schemas)]
+    return [r for s in ind.sessions if s.scored for r in query_rows(ind, s, bank, schemas)]
 
 
 def split_individuals(
@@ -179,14 +180,17 @@ def build_judger_dataset(
 ) -> dict[str, Any]:
     """Rows for every confirming session of `tod_dir`, split by individual, written under `out`; returns the stats.
 
-    Lenient by default: foreign slots are dropped and unreadable files skipped, both counted and named in the
-    stats' `problems`; `strict` fails on the first of them instead. Without a stored `memory/` bank, memory is
-    written from each session's words (`memory_builder`); `stats["memory"]` says how many confirmed values it holds.
+    Lenient by default: foreign slots are dropped, confirming sessions no score can use are no query (their turns
+    stay memory), unreadable files are skipped, each counted and named in the stats' `problems`; `strict` fails on
+    the first of them instead. Memory, missing slots and queries read the folder's schema (`folder_schemas`).
+    Without a stored `memory/` bank, memory is written from each session's words (`memory_builder`);
+    `stats["memory"]` says how many confirmed values it holds.
     """
     path = schema_path(tod_dir, schema)
-    schemas = load_schemas(path)
     problems = None if strict else LoadProblems()
-    individuals = load_tod_dir(tod_dir, schemas, problems)
+    merged = load_schemas(path)
+    individuals = load_tod_dir(tod_dir, merged, problems)
+    schemas = folder_schemas(individuals, merged)
     builder = memory_builder(path, memory_writer, seed)
     banks = load_memory_banks(tod_dir, individuals, schemas, builder)
     train_ids, eval_ids = split_individuals([i.persona_id for i in individuals], eval_individuals, eval_fraction, seed)

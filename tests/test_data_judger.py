@@ -196,3 +196,20 @@ def test_schema_takes_a_file_or_a_folder(schema: str, tmp_path: Path) -> None:
     assert json.loads(result.stdout.strip())["problems"]["dropped_slots"]["count"] == 0
     missing = _judger_cli("--tod-dir", MSTOD, "--schema", tmp_path / "nowhere", "--out", tmp_path / "o")
     assert missing.exit_code != 0 and "schema not found" in str(missing.exception)
+
+
+UNSCORED = FIXTURES / "mstod_unscored"  # a whole goal of another service's slots; a confirmation id on a user turn
+
+
+def test_sessions_that_cannot_be_scored_are_no_queries(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    result = _judger_cli("--tod-dir", UNSCORED, "--out", tmp_path / "j", "--eval-individuals", 1)
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout.strip())
+    rows = read_rows(tmp_path / "j" / "train" / "pairs.jsonl") + read_rows(tmp_path / "j" / "eval" / "pairs.jsonl")
+    assert {r["query_id"] for r in rows} == {"7/3", "8/2"}  # not 7/2 (empty goal) nor 7/4 (confirmed by the user)
+    unscored = printed["problems"]["unscored_sessions"]
+    assert unscored["count"] == 2 and [u["session_id"] for u in unscored["sessions"]] == [2, 4]
+    strict = memrl_cli("data", "judger", "--tod-dir", UNSCORED, "--out", tmp_path / "s", "--strict")
+    lines = strict.stderr.strip().splitlines()
+    assert strict.returncode == 2 and len(lines) == 1, strict.stderr
+    assert "persona_7.json: sessions[1].confirmation_state.slot_values.number_of_riders" in lines[0]

@@ -18,6 +18,7 @@ from memrl.envs.tod.ranking import auc
 from memrl.rollout.judger import JudgerInput, load_judger
 from memrl.train.config import JudgerStage, LoraConfig
 from memrl.train.judger.data import read_pairs
+from memrl.train.judger.trainer import ALPHA_GRID
 from memrl.train.trl_common import TrainContext
 
 RESTAURANTS = ["Sakura Garden", "Blue Fin", "La Piazza", "Golden Wok", "The Oak Room", "Casa Verde", "Red Lantern",
@@ -130,6 +131,27 @@ def test_cross_encoder_pair_keeps_the_newest_turns(model_cache: Path) -> None:
     assert batch["input_ids"].shape[0] == 2 and batch["input_ids"].shape[1] <= 96
     short, _ = cross_encoder_pair(long_item(2), tokenizer, 96)
     assert short.startswith("user: turn 0")
+
+
+def test_the_current_task_reaches_the_judger_and_is_never_cut(model_cache: Path) -> None:
+    """A confirming session may open with "Thank you!": the task (retrieval's intent query) tells the bookings apart."""
+    from dataclasses import replace
+
+    from transformers import AutoTokenizer
+
+    from memrl.core import models
+    from memrl.rollout.judger.inputs import cross_encoder_pair, prompt_parts
+
+    task = "reserve a table at a restaurant; restaurant name Blue Fin"
+    row = {"context": long_item(40).context, "missing_slots": ["date", "time"], "question": "Q?", "answer": "A",
+           "intent_query": task}  # fmt: skip
+    item = JudgerInput.from_pair(row)
+    assert item.task == task
+    tokenizer = AutoTokenizer.from_pretrained(models.resolve("minilm"))
+    first, _ = cross_encoder_pair(item, tokenizer, 96)
+    assert first.endswith(f"Task: {task}\nMissing: date, time") and "turn 39" in first and "turn 0 " not in first
+    assert prompt_parts(item, [])[1] == f"Task: {task}\nDetails still missing: date, time"
+    assert prompt_parts(replace(item, task=""), [])[1] == "Details still missing: date, time"
 
 
 def test_causal_prompt_keeps_the_instruction_and_newest_turns(tiny_qwen2: str) -> None:
@@ -358,6 +380,7 @@ def test_causal_heads_train_with_lora_and_score(base: str, head: str, pairs: Pat
                         checkpoints={"save_steps": 1})  # fmt: skip
     final = train(stage, base, pairs, tmp_path / "stage")
     info = json.loads((final / "memrl_judger.json").read_text())
+    assert info.pop("alpha") in {None, *ALPHA_GRID}  # chosen on the training individuals kept out of training
     assert info == {"head": head, "base": base, "max_length": 400, "adapter": False}  # LoRA merged into the model
     assert not (final / "adapter_config.json").exists()
     assert json.loads((final / "memrl_checkpoint.json").read_text())["steps"] == 2

@@ -42,6 +42,20 @@ def test_both_recipes_resolve() -> None:
     assert stage.lora is not None and stage.batch_size % (stage.micro_batch_size * stage.world_size) == 0
 
 
+@pytest.mark.parametrize(
+    ("name", "smoke"),
+    [("judger-minilm-cpu", False), ("judger-minilm-cpu", True), ("tod", False), ("tod", True),
+     ("judger-llama3.1-8b", False)],
+)  # fmt: skip
+def test_the_judger_trains_on_what_eval_ranks_and_eval_takes_its_alpha(name: str, smoke: bool) -> None:
+    stages = load_recipe(name, ["data=J"], smoke=smoke).recipe.stages
+    judger, evaluation = stages["judger"], stages["eval"]
+    assert isinstance(judger, JudgerStage)
+    assert (judger.selection.retriever, judger.selection.top_units) == (evaluation.retriever, evaluation.top_units)
+    assert judger.selection.require_positive and judger.alpha_dev_fraction > 0
+    assert evaluation.alpha is None  # the alpha the judger chose on its dev individuals
+
+
 def test_8b_dry_run_prints_the_torchrun_launch(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     result = memrl_cli(
         "run", "judger-llama3.1-8b", "--dry-run", "data=J", f"output_dir={tmp_path / 'run'}", cwd=tmp_path

@@ -20,7 +20,6 @@ from memrl.envs.tod.formats import (
     file_format,
     load_individual,
     load_tod_dir,
-    mentions,
 )
 from memrl.envs.tod.generate import MIN_TURNS, IndividualPlan, SessionPlan
 from memrl.envs.tod.memory import (
@@ -32,6 +31,7 @@ from memrl.envs.tod.memory import (
 from memrl.envs.tod.reasoning import filled_slots, schema_intent_query, schema_missing_slots
 from memrl.envs.tod.schema import Schemas, TodDataError, load_schemas
 from memrl.envs.tod.sgd import dialogue_files, extract_goals
+from memrl.envs.tod.values import mentions
 from memrl.envs.tod.writers import LLMWriter, TemplateWriter, Written
 from memrl.rollout.base import ChatBackend, SamplingParams
 
@@ -458,3 +458,41 @@ def test_lenient_folder_load_drops_foreign_slots_and_skips_bad_files(schemas: Sc
     assert skipped["file"] == str(tmp_path / "persona_7.json") and "not valid JSON" in skipped["error"]
     with pytest.raises(TodDataError, match=r"persona_1\.json: sessions\[3\]\.confirmation_state"):
         load_tod_dir(tmp_path, schemas)  # strict: the first problem fails the folder
+
+
+UNSCORED = FIXTURES / "mstod_unscored"  # a whole goal of another service's slots; a confirmation id on a user turn
+
+
+def test_sessions_that_cannot_be_scored_are_named_and_kept_as_memory() -> None:
+    schemas = load_schemas(UNSCORED / "schema.json")
+    problems = LoadProblems()
+    individuals = {i.persona_id: i for i in load_tod_dir(UNSCORED, schemas, problems)}
+    sessions = {s.session_id: s for s in individuals[7].sessions}
+    assert [s.session_id for s in individuals[7].sessions] == [1, 2, 3, 4]  # kept: their turns are still memory
+    assert [k for k, s in sessions.items() if s.confirming] == [2, 3, 4]
+    assert [k for k, s in sessions.items() if s.scored] == [3]
+    assert all(s.scored for s in individuals[8].sessions if s.confirming)
+    unscored = problems.summary()["unscored_sessions"]
+    assert unscored["count"] == 2
+    file = str(UNSCORED / "persona_7.json")
+    assert [(u["file"], u["session_id"]) for u in unscored["sessions"]] == [(file, 2), (file, 4)]
+    assert "another service" in unscored["sessions"][0]["why"]
+    assert "confirmation_utterance_id 4 is a user turn" in unscored["sessions"][1]["why"]
+    assert problems.summary()["dropped_slots"]["count"] == 2  # beside the slots dropped to empty session 2
+
+
+def test_strict_load_stops_at_a_confirmation_on_a_user_turn(tmp_path: Path) -> None:
+    schemas = load_schemas(UNSCORED / "schema.json")
+    record = json.loads((UNSCORED / "persona_7.json").read_text())
+    del record["sessions"][1]  # the foreign-slot session fails a strict load first
+    (tmp_path / "persona_7.json").write_text(json.dumps(record))
+    with pytest.raises(TodDataError) as err:
+        load_tod_dir(tmp_path, schemas)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{tmp_path / 'persona_7.json'}: sessions[2]")
+    assert "session_id 4" in message and "confirmation_state.confirmation_utterance_id" in message
+    problems = LoadProblems()
+    (tmp_path / "persona_9.json").write_text("{broken")
+    load_tod_dir(tmp_path, schemas, problems)  # a skipped file leaves nothing of its own behind
+    assert problems.summary()["unscored_sessions"]["count"] == 1

@@ -150,6 +150,7 @@ def test_smollm2_reader_and_a_trained_judger_on_the_eval_split(
     out = tmp_path / "judged"
     result = memrl_cli(
         "eval", "tod", "--data", str(DATA), "--reader", "smollm2", "--judger", str(judger.parent), "--alpha", "0.3",
+        "--fusion", "minmax",  # the earlier scale, whose scores the check below recomputes pair by pair
         "--split-from", str(judger_data), "--top-units", "4", "--sessions", "2", "--max-turns", "1",
         "--max-tokens", "16", "--workers", "2", "--out", str(out), env=_env(),
     )  # fmt: skip
@@ -200,3 +201,72 @@ def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Pa
     assert lines[0].startswith("memrl: error:")
     assert message in lines[0]
     assert not (tmp_path / "o").exists()  # rejected before anything was written
+
+
+# --- sessions that cannot be scored, and what the template reader asks (in-process: no Ray) -----------------------
+
+UNSCORED = Path(__file__).parent / "fixtures" / "mstod_unscored"
+
+
+def test_unscored_sessions_are_left_out_and_named(tmp_path: Path) -> None:
+    import asyncio
+
+    from memrl.envs.tod.config import TodEvalConfig
+    from memrl.envs.tod.formats import LoadProblems
+    from memrl.envs.tod.runner import SessionRunner, WorkerSpec, needed_roles, plan_jobs
+    from memrl.envs.tod.schema import TodDataError
+
+    cfg = TodEvalConfig(data=UNSCORED, reader="template", retriever="bm25")
+    problems = LoadProblems()
+    plan = plan_jobs(cfg, problems)
+    # 7/2 confirms only a ride's slots (dropped: an empty goal would score perfect); 7/4's confirmation id is the
+    # user's echo, so its context already holds the assistant's summary.
+    assert [j.key for j in plan.jobs] == ["7/3", "8/2"]
+    assert [(u["session_id"], u["why"].split()[0]) for u in problems.summary()["unscored_sessions"]["sessions"]] == [
+        (2, "confirmation_state.slot_values"),
+        (4, "confirmation_state.confirmation_utterance_id"),
+    ]
+    runner = SessionRunner(WorkerSpec(cfg, needed_roles(cfg), plan.schemas))
+    hotel = asyncio.run(runner.run(plan.jobs[0]))
+    text = hotel["confirmation"]
+    assert "the the" not in text.lower()
+    assert "whether the inn offers wifi" in text  # the True/False slot, asked as a condition
+    assert "stars" not in text and "pets" not in text  # slots no confirmation of the folder uses are never asked
+    with pytest.raises(TodDataError, match="session_id 4"):
+        plan_jobs(cfg.model_copy(update={"strict": True, "data": _without_session(UNSCORED, tmp_path, 7, 2)}))
+
+
+def _without_session(folder: Path, tmp_path: Path, persona: int, session: int) -> Path:
+    for path in folder.iterdir():
+        (tmp_path / path.name).write_text(path.read_text())
+    record = json.loads((folder / f"persona_{persona}.json").read_text())
+    record["sessions"] = [s for s in record["sessions"] if s["session_id"] != session]
+    (tmp_path / f"persona_{persona}.json").write_text(json.dumps(record))
+    return tmp_path
+
+
+def test_template_reader_asks_each_name_once_and_never_doubles_an_article() -> None:
+    import asyncio
+
+    from memrl.envs.tod.formats import Turn
+    from memrl.envs.tod.pipeline import Scored, Selection
+    from memrl.envs.tod.reader import ReaderRequest, TemplateReader, phrases
+    from memrl.envs.tod.retrieval import Candidate
+    from memrl.envs.tod.schema import load_schemas
+
+    schemas = load_schemas(UNSCORED / "schema.json")  # Hotels_1 and Hotels_3 merged: two slots name the town
+    context = [Turn(speaker="user", utterance="An inn in Lakeport, please.")]
+    names = phrases(schemas, "Hotels", "SearchHotel")
+    assert names["destination"] == names["location"] == "town where the inn is"
+    assert names["has_wifi"] == "whether the inn offers wifi"
+    missing = ["destination", "number_of_rooms", "has_wifi", "star_rating"]
+    # Memory remembers another town under the other version's slot: the town the context just gave stands.
+    old_town = Candidate("7/3/1/destination", 1, "look for an inn", "destination", "Which town?", "Harbortown")
+    selection = Selection((Scored(old_town, 1.0, None, 1.0),), 5)
+    request = ReaderRequest(context, [], selection, missing, {"location": "Lakeport"}, names)
+    reply = asyncio.run(TemplateReader().respond(request))
+    text = reply.text
+    assert "town where the inn is: Lakeport" in text and "Harbortown" not in text
+    assert text.count("town where the inn is") == 1  # the context just gave the town: not asked again
+    assert reply.slots == {"location": "Lakeport"}
+    assert "Could you also tell me the count of rooms to hold and whether the inn offers wifi and the stars" in text

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from memrl.envs.tod.extract import TextExtractor, lexicon_from_sgd
-from memrl.envs.tod.formats import LoadProblems, Session, load_individual
+from memrl.envs.tod.extract import TextExtractor, folder_schemas, lexicon_from_sgd, slot_phase
+from memrl.envs.tod.formats import LoadProblems, Session, load_individual, load_tod_dir
 from memrl.envs.tod.schema import Schemas, load_schemas
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -74,3 +74,40 @@ def test_the_lexicon_comes_from_the_sgd_dialogues_and_is_looked_for(schemas: Sch
     said = session("U: Could you book Sino for tonight?")
     assert TextExtractor(schemas, lexicon).facts(said)["restaurant_name"] == "Sino"
     assert "restaurant_name" not in TextExtractor(schemas).facts(said)  # no preposition cue, no lexicon: not found
+
+
+@pytest.fixture(scope="module")
+def cars() -> Schemas:
+    """RentalCars_1 and _3 (pickup/dropoff and start/end dates), hand-written; restricted as a release folder is."""
+    rental = FIXTURES / "mstod_release" / "rental"
+    individuals = load_tod_dir(rental, load_schemas(rental / "schema.json"), LoadProblems())
+    return folder_schemas(individuals, load_schemas(rental / "schema.json"))
+
+
+def car(*turns: str) -> Session:
+    return session(*turns, service="RentalCars", intent="ReserveCar")
+
+
+@pytest.mark.parametrize(
+    ("turns", "dates"),
+    [
+        (("U: I need it from March 3rd to March 5th.",), {"pickup_date": "March 3rd", "dropoff_date": "March 5th"}),
+        (("U: I'll drop it off the next day, on March 5th.",), {"dropoff_date": "March 5th"}),
+        (("A: When will you be returning the car?", "U: March 4th."), {"dropoff_date": "March 4th"}),
+        (("A: What date suits you?", "U: March 4th, please."), {"pickup_date": "March 4th"}),
+        (
+            ("U: Pick it up on March 2nd at 4:45 pm and I'll return it on March 6th.",),
+            {"pickup_date": "March 2nd", "dropoff_date": "March 6th", "pickup_time": "4:45 pm"},
+        ),
+        (("U: Either March 3rd or March 4th works.",), {}),
+    ],
+)
+def test_a_date_goes_to_the_slot_its_wording_names(cars: Schemas, turns: tuple[str, ...], dates: dict) -> None:
+    facts = TextExtractor(cars).facts(car(*turns))
+    assert {k: v for k, v in facts.items() if "date" in k or "time" in k} == dates
+
+
+def test_the_phase_of_a_slot_comes_from_its_name() -> None:
+    ends = ("dropoff_date", "check_out_date", "end_date", "return_date", "inbound_departure_time")
+    starts = ("pickup_date", "check_in_date", "start_date", "departure_date", "outbound_departure_time", "date")
+    assert {slot_phase(s) for s in ends} == {"end"} and {slot_phase(s) for s in starts} == {"start"}

@@ -35,6 +35,7 @@ from memrl.envs.tod.reader import LLMReader, ReaderRequest, Reply, TemplateReade
 from memrl.envs.tod.retrieval import BM25Retriever
 from memrl.envs.tod.schema import Schemas, load_schemas
 from memrl.rollout.base import SamplingParams
+from memrl.rollout.judger import JudgerInput
 
 SERVICE, INTENT = "Restaurants_1", "ReserveRestaurant"
 GOAL = {"restaurant_name": "Ariake", "city": "San Jose", "time": "6 pm", "date": "March 10th", "party_size": "2"}
@@ -187,6 +188,45 @@ def test_selector_ranks_by_retrieval_and_keeps_only_answers() -> None:
     one_unit = MemorySelector(BM25Retriever(), judger=None, top_units=1).select("Golden Wok San Mateo", pool, [], [])
     assert {s.candidate.unit for s in one_unit.ranked} == {2}
     assert MemorySelector(BM25Retriever(), None).select("anything", [], [], []).a_core == []
+
+
+class _NarrowJudger:
+    """Scores like the release's collapsed judger: every probability within 0.002, the gold (session 4's date and
+    party size, session 1's time) a hair above the rest."""
+
+    def score(self, items: Sequence[JudgerInput], batch_size: int = 32) -> list[float]:
+        return [0.0956 if (i.answer in {"March 10th", "2", "6 pm"}) else 0.0944 for i in items]
+
+
+def test_selector_fuses_on_one_scale_and_keeps_the_single_score_orders() -> None:
+    pool = candidates(7, 9, _memory())
+    gold = ["7/9/1/time", "7/9/4/date", "7/9/4/party_size"]
+    query = "reserve a table at Golden Wok in San Mateo; time 7 pm"  # retrieval favours the other task
+    selections = {
+        fusion: MemorySelector(BM25Retriever(), _NarrowJudger(), alpha=0.4, top_k=3, fusion=fusion).select(
+            query, pool, _context(), ["time", "date", "party_size"]
+        )
+        for fusion in ("rank", "minmax")
+    }
+    rank, old = selections["rank"], selections["minmax"]
+    assert rank.rankings["retrieval"] == old.rankings["retrieval"]
+    assert old.keys[:2] == rank.rankings["retrieval"][:2]
+    assert sorted(rank.keys[:3]) == sorted(gold) == sorted(rank.rankings["judger"][:3])
+    assert not set(old.keys[:2]) & set(gold)  # min-max + raw probability: the judger changed nothing
+    scores = session_scores("?", GOAL, 1, True, rank.keys, gold, None, None, rank.rankings)
+    assert scores["recall@3"] == scores["judger_recall@3"] == 1.0 and scores["retrieval_recall@1"] == 0.0
+    plain = MemorySelector(BM25Retriever(), None).select(query, pool, [], [])
+    assert plain.rankings == {"retrieval": plain.keys, "judger": None}
+    alone = session_scores("?", GOAL, 1, True, plain.keys, gold, None, None, plain.rankings)
+    assert alone["judger_recall@5"] is None and alone["retrieval_recall@5"] == alone["recall@5"]
+
+    # A run resumed from before the single-score orders were kept: the columns and the gain cover the newer record.
+    old_record = session_scores("?", GOAL, 1, True, old.keys, gold)
+    records = [{**r, "persona_id": 7, "gold": gold, "failures": {}} for r in (scores, old_record)]
+    metrics = compute_metrics(records)
+    assert metrics["sessions_without_rankings"] == 1 and metrics["judger_recall@3"] == 1.0
+    assert metrics["judger_gain@5"] == pytest.approx(scores["recall@5"] - scores["retrieval_recall@5"], abs=1e-4)
+    assert compute_metrics(records[1:])["judger_gain@5"] is None
 
 
 def test_schema_planner_offline(schemas: Schemas) -> None:

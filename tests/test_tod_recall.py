@@ -131,12 +131,18 @@ def test_a_record_from_before_fact_recall_is_scored_again() -> None:
     old = {
         "persona_id": 7, "jga": 1.0, "correct_slots": {"date": True}, "dte": 1, "success": True, "failures": {},
         "goal": goal, "gold": sorted(GOLD), "recall@1": 1 / 6, "recall@3": 0.5, "recall@5": 4 / 6,
-        "ranked": [{"key": k, "slot": STORED[k][0], "answer": STORED[k][1]} for k in ranked],
+        "ranked": (pairs := [{"key": k, "slot": STORED[k][0], "answer": STORED[k][1], "judger": None} for k in ranked]),
     }  # fmt: skip
     metrics = compute_metrics([old])
     assert metrics["pair_recall@3"] == 0.5 and metrics["pair_recall@5"] == pytest.approx(4 / 6, abs=1e-4)
     assert metrics["recall@3"] == pytest.approx(2 / 3, abs=1e-4) and metrics["recall@5"] == 1.0
     assert metrics["ceiling_recall@1"] == pytest.approx(1 / 3, abs=1e-4)
+    # Ranked without a judger: its ranking was retrieval's, the judger column stays empty.
+    assert metrics["retrieval_pair_recall@3"] == 0.5 and metrics["retrieval_recall@5"] == 1.0
+    assert metrics["judger_recall@5"] is None and metrics["sessions_without_rankings"] == 0
+    fused = [{**p, "judger": 0.5} for p in pairs]  # fused with a judger: retrieval's order is unknown
+    again = compute_metrics([{**old, "ranked": fused}])
+    assert again["retrieval_recall@5"] is None and again["sessions_without_rankings"] == 1
 
 
 def test_eval_judger_reports_fact_and_pair_recall_with_their_ceilings(tmp_path: Path) -> None:

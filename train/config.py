@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from memrl.core.schema import StrictModel
 from memrl.rewards.config import RewardConfig, UnscoredStop
@@ -101,6 +101,18 @@ class GRPOStage(StrictModel):
     overrides: list[str] = Field(default_factory=list, description="extra trainer overrides, passed through")
 
 
+class JudgerSelection(StrictModel):
+    """Which train pairs the judger learns from: what evaluation ranks (the pairs of the units retrieval keeps, in
+    queries that have a positive) plus a few random negatives of other units, so it has seen the rest too."""
+
+    require_positive: bool = Field(default=True, description="drop queries without a positive pair")
+    retriever: Literal["dense", "bm25", "hybrid"] | None = Field(
+        default="dense", description="keep the pairs of the units this retriever ranks first, as eval does; null: all"
+    )
+    top_units: PositiveInt = Field(default=3, description="units kept per query (eval's top_units)")
+    random_negatives: NonNegativeInt = Field(default=4, description="per query, negatives of other units (seeded)")
+
+
 class JudgerStage(StrictModel):
     """The memory judger: P(a stored QA pair fills a slot the dialogue lacks), trained with BCE on an HF Trainer.
 
@@ -126,7 +138,14 @@ class JudgerStage(StrictModel):
     max_length: PositiveInt = Field(default=256, description="tokens per input; the oldest turns go first")
     warmup_ratio: NonNegativeFloat = 0.0
     pos_weight: PositiveFloat | Literal["auto"] | None = Field(
-        default="auto", description="weight of the positive terms; auto: negatives / positives of the train split"
+        default="auto", description="weight of the positive terms; auto: negatives / positives of the selected rows"
+    )
+    selection: JudgerSelection = JudgerSelection()
+    alpha_dev_fraction: float = Field(
+        default=0.15,
+        ge=0,
+        lt=1,
+        description="train individuals held out of training to choose the fusion alpha on; 0: no alpha saved",
     )
     deepspeed: str | None = Field(default=None, description="zero2, zero3 (bundled configs) or a DeepSpeed JSON path")
     bf16: bool | None = Field(default=None, description="null: where the device supports it")

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt
 
 from memrl.core.schema import StrictModel
+from memrl.envs.tod.retrieval import Fusion
 from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
 
 DEFAULT_CHAT_MODEL = HFModelConfig(backend="hf", model="smollm2")
@@ -37,7 +38,16 @@ class TodEvalConfig(StrictModel):
     retriever: Literal["dense", "bm25", "hybrid"] = Field(
         default="dense", description="dense (MiniLM) | bm25 | hybrid retrieval over the memory QA pairs"
     )
-    alpha: float = Field(default=0.5, ge=0.0, le=1.0, description="weight of the retrieval score in the fusion")
+    alpha: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="weight of the retrieval score in the fusion; default: the alpha the judger chose on its training "
+        "split, else 0.5",
+    )
+    fusion: Fusion = Field(
+        default="rank", description="per-query scale of both scores before fusing: rank | zscore | minmax (earlier)"
+    )
     top_k: PositiveInt = Field(default=5, description="QA pairs the reader gets")
     top_units: PositiveInt | None = Field(default=3, description="memory units kept by intent alignment; None: all")
     reader: Literal["template", "llm"] = Field(

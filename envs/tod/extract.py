@@ -7,13 +7,18 @@ value is found by what kind of slot it is:
   assistant's question before it names the slot's noun ("4 seats", "How many riders?" "2 of us");
 - another categorical slot (True/False excepted): one of the schema's values, as whole words;
 - a date or a time (by the slot's name): a date ("March 7th", "the 12th of March", "Saturday", "tomorrow") or a
-  clock time ("7:30 pm", "6 pm", "noon");
+  clock time ("7:30 pm", "6 pm", "noon"). Where the intent has slots that open and close a span (pickup_date and
+  dropoff_date, check_in_date and check_out_date, outbound and inbound times: `slot_phase`, from the slot names),
+  a mention goes to the side its wording names ("from"/"pick up"/"check in"/"leave" vs "to"/"drop off"/"return"/
+  "check out", a leg noun such as "return flight" first, then the assistant's question), a turn's only unnamed
+  one to the opening side, and several unnamed ones nowhere;
 - free text: a value the lexicon lists for the slot (the values the SGD dialogues beside the schema mention), else a
   capitalised name after a preposition that fits the slot ("in Emeryville" for a city or location, "to Union
   Square" for a destination, "at Sakura Garden" for the intent's first other free-text slot).
 The latest mention wins, so a value changed within the session replaces the earlier one. True/False slots are left
 out: the text seldom states them in words a pattern can read. `memrl data judger` reports how many confirmed values
-the resulting memory holds.
+the resulting memory holds. `folder_schemas` gives the schema a released folder is read with: only the slots its
+confirmations use.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from memrl.envs.tod.formats import Session, Turn
+from memrl.envs.tod.formats import Individual, Session, Turn
 from memrl.envs.tod.schema import IntentSpec, Schemas, SlotSpec, is_boolean
 from memrl.envs.tod.sgd import dialogue_files, load_dialogues
+from memrl.envs.tod.values import NUMBER_WORDS
 
 _VERSION = re.compile(r"_\d+$")
 
@@ -39,12 +46,7 @@ _DATE = re.compile(
     re.IGNORECASE,
 )
 _TIME = re.compile(r"\b(?:\d{1,2}(?::\d{2})?\s*(?:am|pm|a\.m\.|p\.m\.)|\d{1,2}:\d{2}|noon|midnight)", re.IGNORECASE)
-_NUMBER_WORDS = {
-    w: str(i)
-    for i, w in enumerate(
-        ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"), 1
-    )
-}
+_NUMBER_WORDS = {w: d for w, d in NUMBER_WORDS.items() if w != "zero"}  # nobody books for zero
 _COUNT = re.compile(
     r"\b(?:(\d{1,2})(?![\d:]|\s*(?:am|pm|a\.m|p\.m|st|nd|rd|th)\b)|(" + "|".join(_NUMBER_WORDS) + r"))\b",
     re.IGNORECASE,
@@ -124,9 +126,14 @@ class TextExtractor:
         found: dict[str, str] = {}
         for name in service.slot_order(session.intent):
             spec = service.slots[name]
+            if _clock_kind(spec) is not None:
+                continue
             mention = _last(self._mentions(session.service, spec, intent, turns))
             if mention is not None:
                 found[name] = mention.value
+        for kind in _CLOCK_PATTERNS:
+            slots = [n for n in service.slot_order(session.intent) if _clock_kind(service.slots[n]) == kind]
+            found.update(_timed(kind, [n for n in slots if intent and n in intent.slots] or slots, turns))
         return found
 
     def _mentions(
@@ -141,7 +148,6 @@ class TextExtractor:
     def _in_turn(
         self, service: str, slot: SlotSpec, intent: IntentSpec | None, i: int, text: str, asked: str
     ) -> Iterable[Mention]:
-        name = slot.name.lower()
         if is_boolean(slot):
             return
         if _is_count(slot):
@@ -153,13 +159,6 @@ class TextExtractor:
             for value in slot.possible_values:
                 if value != "dontcare" and (at := _whole_word(text, value)) is not None:
                     yield Mention(i, at, value)
-            return
-        if "date" in name or name == "day":
-            for m in _DATE.finditer(text):
-                yield Mention(i, m.start(), re.sub(r"^the\s+(?=\d)", "", m.group(0), flags=re.IGNORECASE))
-            return
-        if "time" in name:
-            yield from (Mention(i, m.start(), m.group(0)) for m in _TIME.finditer(text))
             return
         known = self.lexicon.get((family(service), slot.name), ())
         hits = []
@@ -196,6 +195,124 @@ class TextExtractor:
                 yield m
 
 
+# --- dates and times: which slot a mention belongs to -----------------------------------------------------------
+
+Phase = Literal["start", "end"]
+_CLOCK_PATTERNS = {"date": _DATE, "time": _TIME}
+_END_NAMES = {"end", "dropoff", "out", "return", "inbound"}  # slot-name words: check_out_date, return_date, ...
+_END_CUE = re.compile(
+    r"\b(?:drop(?:ping|ped|s)?(?:[- ]?off|\s+(?:it|them|the\s+\w+)\s+off)|return(?:ing|ed|s)?|until|till|through"
+    r"|check(?:ing|s)?[- ]?out|back|end(?:ing|s)?)\b",
+    re.IGNORECASE,
+)
+_START_CUE = re.compile(
+    r"\b(?:pick(?:ing|ed|s)?(?:[- ]?up|\s+(?:it|them|the\s+\w+)\s+up)|check(?:ing|s)?[- ]?in|start(?:ing|s)?"
+    r"|depart(?:ing|ure|s)?|leav(?:e|ing)|begin(?:ning|s)?|arriv(?:e|ing|al))\b",
+    re.IGNORECASE,
+)
+# A leg named as a noun outranks the verb near the date: "the return flight should depart at 3 pm" is the return.
+_LEG = {
+    "end": re.compile(r"\b(?:inbound|return\s+(?:flight|trip|leg)|way\s+back)\b", re.IGNORECASE),
+    "start": re.compile(r"\b(?:outbound|(?:first|outgoing)\s+(?:flight|leg))\b", re.IGNORECASE),
+}
+_ADJACENT = {
+    "end": re.compile(r"\b(?:to|till|until)\s+(?:the\s+)?$", re.IGNORECASE),
+    "start": re.compile(r"\bfrom\s+(?:the\s+)?$", re.IGNORECASE),
+}
+_CLAUSE = re.compile(r"[.;!?,]|\b(?:and|but)\b", re.IGNORECASE)
+
+
+def _cues(text: str, patterns: Mapping[str, re.Pattern[str]]) -> list[tuple[int, Phase]]:
+    return sorted((m.start(), phase) for phase, cue in patterns.items() for m in cue.finditer(text))  # type: ignore[misc]
+
+
+_VERBS = {"end": _END_CUE, "start": _START_CUE}
+
+
+def _clock_kind(slot: SlotSpec) -> Literal["date", "time"] | None:
+    """A free-text date or time slot, by its name."""
+    name = slot.name.lower()
+    if is_boolean(slot) or _is_count(slot) or (slot.is_categorical and slot.possible_values):
+        return None
+    if "date" in name or name == "day":
+        return "date"
+    return "time" if "time" in name else None
+
+
+def slot_phase(name: str) -> Phase:
+    """`end` for a slot that closes a span (dropoff_date, check_out_date, end_date, return_date, inbound_...), by
+    the words of its name; every other date or time slot opens one (`start`)."""
+    return "end" if set(name.lower().split("_")) & _END_NAMES else "start"
+
+
+def _cue(before: str, after: str) -> tuple[Phase | None, bool]:
+    """The phase the words around a date name, and whether they name it firmly: a span word right before it
+    ("from", "to") or a leg noun before it (firm), else the nearest cue word before it (back to the previous
+    date), else a leg noun or cue word after it in its clause."""
+    for phase, pattern in _ADJACENT.items():
+        if pattern.search(before):
+            return phase, True  # type: ignore[return-value]
+    if leg := _cues(before, _LEG):
+        return leg[-1][1], True
+    if verb := _cues(before, _VERBS):
+        return verb[-1][1], False
+    found = _cues(after, _LEG) or _cues(after, _VERBS)
+    return (found[0][1] if found else None), False
+
+
+def _asked_phase(asked: str) -> tuple[Phase | None, bool]:
+    """The phase the assistant's question names ("When will you return the car?"), when it names one only, and
+    whether by a leg noun ("... for your return flight?")."""
+    for patterns, firm in ((_LEG, True), (_VERBS, False)):
+        phases = {p for _, p in _cues(asked, patterns)}
+        if phases:
+            return (phases.pop() if len(phases) == 1 else None), firm
+    return None, False
+
+
+def _phased(text: str, matches: Sequence[re.Match[str]], asked: str) -> list[Phase | None]:
+    """Each date (or time) of a user turn -> the phase its wording names; None where it names none.
+
+    A turn with one mention that its own words name loosely (a verb) follows a leg the question names; a turn's
+    only unnamed mention answers the question, else opens the span unless another mention of the turn already
+    does; several unnamed ones go nowhere."""
+    cuts = [m.start() for m in _CLAUSE.finditer(text)]
+    named = []
+    for j, m in enumerate(matches):
+        start = matches[j - 1].end() if j else 0
+        ends = [c for c in cuts if c >= m.end()] + ([matches[j + 1].start()] if j + 1 < len(matches) else [])
+        named.append(_cue(text[start : m.start()], text[m.end() : min(ends, default=len(text))]))
+    phases = [phase for phase, _ in named]
+    if len(matches) == 1 and not named[0][1]:
+        question, firm = _asked_phase(asked)
+        if question is not None and (firm or phases[0] is None):
+            return [question]
+    unnamed = [j for j, p in enumerate(phases) if p is None]
+    if len(unnamed) == 1:
+        phases[unnamed[0]] = None if "start" in phases else "start"
+    return phases
+
+
+def _timed(kind: str, slots: Sequence[str], turns: Sequence[Turn]) -> dict[str, str]:
+    """The date (or time) slots' values: each mention goes to the slots of the phase its wording names, the latest
+    winning. When the slots are all of one phase (a restaurant's date) every mention is theirs."""
+    if not slots:
+        return {}
+    both = {slot_phase(s) for s in slots} == {"start", "end"}
+    latest: dict[Phase, str] = {}
+    for i, turn in enumerate(turns):
+        if turn.speaker != "user":
+            continue
+        asked = turns[i - 1].utterance if i and turns[i - 1].speaker == "assistant" else ""
+        matches = list(_CLOCK_PATTERNS[kind].finditer(turn.utterance))
+        start: Phase = "start"
+        phases = _phased(turn.utterance, matches, asked) if both else [start] * len(matches)
+        for m, phase in zip(matches, phases, strict=True):
+            if phase is not None:
+                latest[phase] = re.sub(r"^the\s+(?=\d)", "", m.group(0), flags=re.IGNORECASE)
+    return {s: latest[slot_phase(s)] for s in slots if slot_phase(s) in latest}
+
+
 @functools.lru_cache(maxsize=256)
 def _lexicon_pattern(values: tuple[str, ...]) -> tuple[re.Pattern[str], dict[str, str]]:
     """One alternation over a slot's known values (longest first, whole words, any case), compiled once: a full SGD
@@ -210,3 +327,26 @@ def _whole_word(text: str, value: str) -> int | None:
     value = value.strip()
     m = re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text, re.IGNORECASE) if value else None
     return None if m is None else m.start()
+
+
+# --- the slots a released folder uses -----------------------------------------------------------------------------
+
+
+def used_slots(individuals: Iterable[Individual]) -> dict[str, set[str]]:
+    """Service -> the slots its sessions' confirmations use (read after the foreign-slot drop)."""
+    used: dict[str, set[str]] = {}
+    for ind in individuals:
+        for session in ind.sessions:
+            slots = session.confirmation_state.slot_values if session.confirmation_state is not None else {}
+            used.setdefault(session.service, set()).update(slots)
+    return {service: slots for service, slots in used.items() if slots}
+
+
+def folder_schemas(individuals: Sequence[Individual], schemas: Schemas) -> Schemas:
+    """The schema a folder's memory, reasoner and reader work with: for a released folder (no turn annotations)
+    each service keeps only the slots the folder's confirmations use, so the merged SGD versions add no slot the
+    release never confirms (Music `track` beside `song_name`); an annotated (generated) folder keeps `schemas`.
+    Built once per folder, from all its individuals, so a train/eval split sees one schema."""
+    if any(turn.slots for ind in individuals for s in ind.sessions for turn in s.turns):
+        return schemas
+    return schemas.restricted(used_slots(individuals))

@@ -7,11 +7,10 @@ other releases are ignored rather than rejected. Any malformed file fails with o
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -47,6 +46,16 @@ class Turn(LenientModel):
 def as_dicts(turns: Sequence[Turn]) -> list[dict[str, str]]:
     """Turns as the prompts, the judger and its data read them: speaker and utterance only."""
     return [{"speaker": t.speaker, "utterance": t.utterance} for t in turns]
+
+
+class Unscored(NamedTuple):
+    """Why a confirming session is left out of every score: the field at fault and what is wrong with it."""
+
+    field: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.field} {self.problem}"
 
 
 class ConfirmationState(LenientModel):
@@ -89,6 +98,34 @@ class Session(LenientModel):
     @property
     def confirming(self) -> bool:
         return self.exist_confirmation and self.confirmation_state is not None
+
+    @property
+    def unscored(self) -> Unscored | None:
+        """Why this confirming session cannot be scored (None: it can, or it confirms nothing).
+
+        Such a session is no query of the judger data and no session of `eval tod`: its gold would be empty (a
+        perfect score for saying nothing) or its context would already hold the assistant's confirmation. Its
+        turns still serve as memory for later sessions.
+        """
+        state = self.confirmation_state
+        if not self.confirming or state is None:
+            return None
+        at = state.confirmation_utterance_id
+        if self.turns[at].speaker != "assistant":
+            return Unscored(
+                "confirmation_state.confirmation_utterance_id", f"{at} is a user turn, not the assistant's confirmation"
+            )
+        if not state.slot_values:
+            return Unscored(
+                "confirmation_state.slot_values",
+                f"no slot of service {self.service} left to score (empty, or only another service's slots, dropped)",
+            )
+        return None
+
+    @property
+    def scored(self) -> bool:
+        """A confirming session that the metrics and the judger data score."""
+        return self.confirming and self.unscored is None
 
     def context(self) -> list[Turn]:
         """The turns before the confirmation (all turns of a session without one)."""
@@ -142,14 +179,6 @@ class Individual(LenientModel):
         return {"persona_id": self.persona_id, "sessions": [s.to_record() for s in self.sessions]}
 
 
-def mentions(text: str, value: str) -> bool:
-    """`value` appears in `text` as whole words, ignoring case (how unannotated turns are matched to slot values)."""
-    value = value.strip()
-    if not value:
-        return False
-    return re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text, re.IGNORECASE) is not None
-
-
 # --- reading ------------------------------------------------------------------------------------------------------
 
 
@@ -195,21 +224,46 @@ def describe(exc: ValidationError) -> str:
 
 @dataclass
 class LoadProblems:
-    """What a lenient load left out: slots foreign to their session's service, and files it could not read.
+    """What a lenient load left out: slots foreign to their session's service, confirming sessions no score can
+    use (`Session.unscored`), and files it could not read.
 
-    Passed to the loaders, it makes them lenient: a foreign slot is dropped (the rest of its session kept) and a
-    malformed file is skipped; without it, the first problem fails in one line, naming the file and the field.
+    Passed to the loaders, it makes them lenient: a foreign slot is dropped (the rest of its session kept), an
+    unscored session is kept as memory and named, and a malformed file is skipped; without it, the first problem
+    fails in one line, naming the file and the field.
     """
 
     dropped_slots: list[dict[str, Any]] = field(default_factory=list)  # file, session_id, service, slot, where
+    unscored_sessions: list[dict[str, Any]] = field(default_factory=list)  # file, session_id, why
     skipped_files: list[dict[str, str]] = field(default_factory=list)  # file, error
 
     def summary(self) -> dict[str, Any]:
-        """What the commands print and save: counts, and every dropped slot and skipped file by name."""
+        """What the commands print and save: counts, and every dropped slot, unscored session and skipped file."""
         return {
             "dropped_slots": {"count": len(self.dropped_slots), "slots": list(self.dropped_slots)},
+            "unscored_sessions": {"count": len(self.unscored_sessions), "sessions": list(self.unscored_sessions)},
             "skipped_files": {"count": len(self.skipped_files), "files": list(self.skipped_files)},
         }
+
+    def mark(self) -> tuple[int, int]:
+        return len(self.dropped_slots), len(self.unscored_sessions)
+
+    def undo(self, mark: tuple[int, int]) -> None:
+        """Forget what was recorded since `mark` (a skipped file is not read at all)."""
+        del self.dropped_slots[mark[0] :]
+        del self.unscored_sessions[mark[1] :]
+
+
+def check_scored(ind: Individual, path: Path, problems: LoadProblems | None = None) -> None:
+    """Name every confirming session no score can use in `problems`; without it, the first fails the file."""
+    for i, session in enumerate(ind.sessions):
+        if (why := session.unscored) is None:
+            continue
+        if problems is None:
+            raise TodDataError(
+                f"{path}: sessions[{i}].{why.field}: {why.problem} (session_id {session.session_id}); "
+                "without --strict the session is left out of the scores and named"
+            )
+        problems.unscored_sessions.append({"file": str(path), "session_id": session.session_id, "why": str(why)})
 
 
 def check_slots(ind: Individual, schemas: Schemas, path: Path, problems: LoadProblems | None = None) -> None:
@@ -267,6 +321,7 @@ def parse_individual(
         raise TodDataError(f"{path}: {describe(exc)}") from exc
     if schemas is not None:
         check_slots(ind, schemas, path, problems)
+    check_scored(ind, path, problems)  # after the drop: it may leave a goal empty
     return ind
 
 
@@ -295,7 +350,7 @@ def load_tod_dir(
         raise TodDataError(f"{path}: no persona_*.json files")
     by_id: dict[int, Individual] = {}
     for file in files:
-        dropped = len(problems.dropped_slots) if problems is not None else 0
+        mark = problems.mark() if problems is not None else (0, 0)
         try:
             ind = load_individual(file, schemas, problems)
             if ind.persona_id in by_id:
@@ -303,7 +358,7 @@ def load_tod_dir(
         except TodDataError as exc:
             if problems is None:
                 raise
-            del problems.dropped_slots[dropped:]  # a skipped file drops nothing: it is not read at all
+            problems.undo(mark)  # a skipped file drops nothing: it is not read at all
             problems.skipped_files.append({"file": str(file), "error": first_line(exc)})
             continue
         by_id[ind.persona_id] = ind

@@ -5,27 +5,18 @@ answer is the value the task finally confirmed. Every irrelevant pair says why:
 - `same_intent`: another task with the same intent (the hard negatives),
 - `other_intent`: a task with another intent,
 - `filled`: the same task, but the context already states that slot,
-- `superseded`: the same task and slot, but a value the user later changed,
+- `superseded`: the same task and slot, but a value the user later changed (`values.same_value` compares),
 - `off_goal`: the same task, a slot outside its goal (only from model-built memory).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from memrl.envs.tod.formats import Session
+from memrl.envs.tod.values import same_value
 
 NEGATIVE_KINDS = ("same_intent", "other_intent", "filled", "superseded", "off_goal")
-
-
-def same_value(a: str, b: str) -> bool:
-    """Equal up to case, spacing and trailing punctuation ('5:30 pm' == '5:30 PM.')."""
-
-    def norm(text: str) -> str:
-        return re.sub(r"\s+", " ", text).strip().strip(".,;!?").casefold()
-
-    return norm(a) == norm(b)
 
 
 def label(

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 from memrl.core.files import atomic_write_json
 from memrl.envs.tod.extract import Lexicon, TextExtractor, lexicon_from_sgd
-from memrl.envs.tod.formats import Individual, Session, Turn, mentions, read_json
-from memrl.envs.tod.labels import same_value
+from memrl.envs.tod.formats import Individual, Session, Turn, read_json
 from memrl.envs.tod.schema import Schemas, TodDataError, intent_phrase, slot_phrase, slot_question
+from memrl.envs.tod.values import mentions, same_value
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
 from memrl.rollout.json_output import field_text, parse_json_object
 
@@ -231,7 +231,7 @@ def memory_coverage(individuals: Iterable[Individual], banks: Mapping[int, Memor
     facts = held = in_context = superseded = 0
     for ind in individuals:
         for session in ind.sessions:
-            if session.confirmation_state is None:
+            if session.confirmation_state is None or not session.scored:
                 continue
             goal = session.confirmation_state.slot_values
             said = " \n ".join(t.utterance for t in session.context())

@@ -4,15 +4,15 @@ A slot counts as correct in a response when the response states the slot's goal 
 string matching (`mentions`): the same test for the template and the LLM reader, and the one the rule supervisor
 uses. Per session: `jga` (every goal slot correct in the confirmation response), `slot_accuracy`, `dte` (assistant
 turns until the task is complete, the confirmation being turn 1; the turn limit when it never completes),
-`success` (every slot resolved within the limit) and recall of the gold memory in the pipeline's ranking:
+`success` (every slot resolved within the limit) and recall of the gold memory in the pipeline's fused ranking:
 `recall@k` over the distinct gold (slot, value) facts, `pair_recall@k` over the gold pairs, and the `ceiling_`
-of each, the best any ranking of the session's memory reaches (`envs.tod.ranking`).
+of each, the best any ranking of the session's memory reaches (`envs.tod.ranking`); the same recalls of retrieval
+alone and of the judger alone carry a `retrieval_` / `judger_` prefix, and `judger_gain@5` is fused minus retrieval.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,36 +24,15 @@ from memrl.envs.tod.labels import label
 from memrl.envs.tod.memory import MemoryUnit
 from memrl.envs.tod.pipeline import candidate_key
 from memrl.envs.tod.prompts import QUALITY_KEYS, quality_messages
-from memrl.envs.tod.ranking import Facts, RankedQuery, fact_of, recall_names
+from memrl.envs.tod.ranking import GAIN_K, Facts, RankedQuery, fact_of, gain_interval, judger_gain, recall_names
 from memrl.envs.tod.reasoning import filled_slots
+from memrl.envs.tod.values import mentions
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.json_output import JSONParseFailure, parse_json_object
 
 RECALL_KS = (1, 3, 5)
 _RECALL_KEYS = [*recall_names(RECALL_KS), *(f"ceiling_{name}" for name in recall_names(RECALL_KS))]
-
-# Party sizes and counts: "two" and "2" state the same value.
-_NUMBER_WORDS = {
-    w: str(i)
-    for i, w in enumerate(
-        ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
-    )
-}
-_NON_WORD = re.compile(r"[^\w\s]")  # punctuation goes; letters and digits of any script stay
-
-
-def normalise(text: str) -> str:
-    """Lowercase, punctuation removed (so '6:30 pm.' and '630 pm' meet), number words as digits, single spaces."""
-    words = _NON_WORD.sub(" ", text.lower().replace("'", "").replace("\u2019", "")).split()
-    return " ".join(_NUMBER_WORDS.get(w, w) for w in words)
-
-
-def mentions(text: str, value: str) -> bool:
-    """Whether `text` states `value` as whole words ("2" is not found in "12", "Milpitas" is in "milpitas.")."""
-    needle = normalise(value)
-    if not needle:
-        return False
-    return f" {needle} " in f" {normalise(text)} "
+ALONE = ("retrieval", "judger")  # the single-score rankings scored beside the fused one
 
 
 def slot_correctness(response: str, goal: Mapping[str, str]) -> dict[str, bool]:
@@ -86,10 +65,18 @@ def session_scores(
     gold: Iterable[str],
     facts: Facts | None = None,
     candidates: Collection[str] | None = None,
+    rankings: Mapping[str, Sequence[str] | None] | None = None,
 ) -> dict[str, Any]:
-    """The per-session numbers a session record carries."""
+    """The per-session numbers a session record carries. `rankings` (`Selection.rankings`): the retrieval-alone and
+    judger-alone orders, scored as `retrieval_recall@k` ...; a None order (no judger) gives None values."""
     correct = slot_correctness(confirmation, goal)
     gold = sorted(set(gold))
+    alone: dict[str, float | None] = {}
+    for name, order in (rankings or {}).items():
+        if name not in ALONE:
+            raise ValueError(f"unknown ranking {name!r}; expected one of {', '.join(ALONE)}")
+        recalls = recall_scores(order or [], gold, facts, candidates)
+        alone |= {f"{name}_{k}": None if order is None else recalls[k] for k in recall_names(RECALL_KS)}
     return {
         "jga": float(all(correct.values())),
         "slot_accuracy": sum(correct.values()) / len(correct) if correct else 1.0,
@@ -97,6 +84,7 @@ def session_scores(
         "dte": dte,
         "success": success,
         **recall_scores(ranked, gold, facts, candidates),
+        **alone,
     }
 
 
@@ -115,30 +103,68 @@ def _with_fact_recall(record: dict[str, Any]) -> dict[str, Any]:
     return record | recall_scores([str(p["key"]) for p in ranked], gold, facts)
 
 
+def _with_alone_recall(record: dict[str, Any]) -> dict[str, Any]:
+    """A record written before the single-score rankings were kept: without a judger its ranking was retrieval's
+    (`final` is s_pre), so that column is its fused recall; with one, nothing says what retrieval alone would do."""
+    ranked = record.get("ranked")
+    if f"retrieval_recall@{GAIN_K}" in record or not ranked or any(p.get("judger") is not None for p in ranked):
+        return record
+    names = recall_names(RECALL_KS)
+    return record | {f"retrieval_{k}": record.get(k) for k in names} | {f"judger_{k}": None for k in names}
+
+
 def _mean(values: Iterable[float | None]) -> float | None:
     kept = [v for v in values if v is not None]
     return round(fmean(kept), 4) if kept else None
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
 
 
 def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Means over sessions; `slot_accuracy` is over every goal slot of every session (micro average)."""
     if not records:
         return {"sessions": 0}
-    records = [_with_fact_recall(r) for r in records]
+    records = [_with_alone_recall(_with_fact_recall(r)) for r in records]
     slots = [ok for r in records for ok in r["correct_slots"].values()]
     failures: dict[str, int] = defaultdict(int)
     for r in records:
         for role, n in r["failures"].items():
             failures[role] += n
     with_gold = [r for r in records if r["gold"]]
+    # Records of a run resumed from before the retrieval/judger rankings were kept have only the fused figures: the
+    # single-score columns cover the records that have them, and the gain compares like with like.
+    ranked_alone = [r for r in with_gold if f"retrieval_recall@{GAIN_K}" in r]
+    alone = {
+        f"{name}_{key}": _mean(r.get(f"{name}_{key}") for r in ranked_alone)
+        for name in ALONE
+        for key in recall_names(RECALL_KS)
+    }
+    paired = {
+        f"recall@{GAIN_K}": _mean(r[f"recall@{GAIN_K}"] for r in ranked_alone),
+        f"retrieval_recall@{GAIN_K}": alone[f"retrieval_recall@{GAIN_K}"],
+    }
+    judged = any(r.get(f"judger_recall@{GAIN_K}") is not None for r in ranked_alone)
     out: dict[str, Any] = {
         "jga": _mean(r["jga"] for r in records),
         "slot_accuracy": round(sum(slots) / len(slots), 4) if slots else None,
         "dte": _mean(r["dte"] for r in records),
         "success_rate": _mean(float(r["success"]) for r in records),
         **{name: _mean(r.get(name) for r in with_gold) for name in _RECALL_KEYS},
+        **alone,
+        f"judger_gain@{GAIN_K}": judger_gain(paired) if judged else None,
+        f"judger_gain@{GAIN_K}_interval": (
+            gain_interval(
+                [_nan(r[f"recall@{GAIN_K}"]) for r in ranked_alone],
+                [_nan(r.get(f"retrieval_recall@{GAIN_K}")) for r in ranked_alone],
+            )
+            if judged
+            else None
+        ),
         "sessions": len(records),
         "sessions_with_gold": len(with_gold),
+        "sessions_without_rankings": len(with_gold) - len(ranked_alone),
         "individuals": len({r["persona_id"] for r in records}),
         "failures": dict(sorted(failures.items())),
     }

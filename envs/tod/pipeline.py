@@ -17,7 +17,7 @@ from memrl.envs.tod.formats import Session, Turn, as_dicts
 from memrl.envs.tod.memory import MemoryUnit
 from memrl.envs.tod.prompts import INTENT_KEYS, REASONER_KEYS, intent_messages, reasoner_messages
 from memrl.envs.tod.reasoning import schema_intent_query, schema_missing_slots
-from memrl.envs.tod.retrieval import Candidate, Retriever, fuse, retrieve
+from memrl.envs.tod.retrieval import DEFAULT_ALPHA, Candidate, Fusion, Retriever, fuse, retrieve
 from memrl.envs.tod.schema import Schemas
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
@@ -171,7 +171,7 @@ class Scored:
     candidate: Candidate
     retrieval: float  # s_pre, normalised to [0, 1] per query
     judger: float | None  # P(relevant), None without a judger
-    final: float
+    final: float  # the fused score (`retrieval.fuse`, on the selector's scale); s_pre without a judger
 
     def to_record(self) -> dict[str, Any]:
         c = self.candidate
@@ -189,6 +189,8 @@ class Scored:
 class Selection:
     ranked: tuple[Scored, ...]  # every retrieved QA pair, best first
     top_k: int
+    by_retrieval: tuple[str, ...] = ()  # the pair keys as retrieval alone ranks them
+    by_judger: tuple[str, ...] | None = None  # the pair keys by judger score alone; None without a judger
 
     @property
     def selected(self) -> tuple[Scored, ...]:
@@ -203,6 +205,14 @@ class Selection:
     def keys(self) -> list[str]:
         return [s.candidate.key for s in self.ranked]
 
+    @property
+    def rankings(self) -> dict[str, list[str] | None]:
+        """The orders recall is scored on beside the fused one (`keys`): retrieval alone, the judger alone."""
+        return {
+            "retrieval": list(self.by_retrieval),
+            "judger": None if self.by_judger is None else list(self.by_judger),
+        }
+
 
 class Judger(Protocol):
     """Scores QA pairs for a context and its missing slots: P(relevant) each (B's `JudgerScorer`)."""
@@ -214,31 +224,39 @@ class Judger(Protocol):
 class MemorySelector:
     retriever: Retriever
     judger: Judger | None  # None ranks by retrieval alone
-    alpha: float = 0.5
+    alpha: float = DEFAULT_ALPHA
     top_k: int = 5
     top_units: int | None = None
+    fusion: Fusion = "rank"
 
     def select(
         self, query: str, pool: Sequence[Candidate], context: Sequence[Turn], missing: Sequence[str]
     ) -> Selection:
         hits = retrieve(query, pool, self.retriever, self.top_units)
         if not hits:
-            return Selection((), self.top_k)
+            return Selection((), self.top_k, (), None if self.judger is None else ())
         s_pre = [score for _, score in hits]
         s_judger: list[float] | None = None
         final = s_pre
         if self.judger is not None:
             turns = as_dicts(context)
+            # `task` is the intent query retrieval used: the judger was trained reading the data's `intent_query`.
             items = [
-                JudgerInput(turns, list(missing), c.question, c.answer, c.intent_description, c.slot) for c, _ in hits
+                JudgerInput(turns, list(missing), c.question, c.answer, c.intent_description, c.slot, task=query)
+                for c, _ in hits
             ]
             s_judger = self.judger.score(items)
-            final = fuse(s_pre, s_judger, self.alpha)
+            final = fuse(s_pre, s_judger, self.alpha, self.fusion)
         scored = [
             Scored(c, s_pre[i], None if s_judger is None else s_judger[i], final[i]) for i, (c, _) in enumerate(hits)
         ]
         order = sorted(range(len(scored)), key=lambda i: -scored[i].final)  # stable: ties keep retrieval order
-        return Selection(tuple(scored[i] for i in order), self.top_k)
+        by_judger = None
+        if s_judger is not None:  # stable: ties keep retrieval order
+            judged = s_judger
+            by_judger = tuple(hits[i][0].key for i in sorted(range(len(hits)), key=lambda i: -judged[i]))
+        by_retrieval = tuple(c.key for c, _ in hits)
+        return Selection(tuple(scored[i] for i in order), self.top_k, by_retrieval, by_judger)
 
 
 # --- the planner --------------------------------------------------------------------------------------------------

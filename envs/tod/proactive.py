@@ -17,10 +17,11 @@ from typing import Any
 
 from memrl.envs.episode import PolicyReply, Step, check_step, play
 from memrl.envs.tod.formats import Turn, as_dicts
-from memrl.envs.tod.metrics import mentions, outstanding_slots
+from memrl.envs.tod.metrics import outstanding_slots
 from memrl.envs.tod.pipeline import Inference, parse_slot_list, require_backend
 from memrl.envs.tod.prompts import SUPERVISOR_KEYS, supervisor_messages, user_messages
 from memrl.envs.tod.reader import Reply, humanise
+from memrl.envs.tod.values import mentions
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
 
 Respond = Callable[[Sequence[Turn]], Awaitable[Reply]]  # the loop's turns so far -> the assistant's next reply

@@ -13,17 +13,19 @@ pairs, so with duplicates the pair recall stays below 1 even for a perfect ranki
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from memrl.core.stats import paired_difference
+from memrl.envs.tod.values import normalise_value
 
 Facts = Mapping[str, Hashable]  # pair key -> the fact it carries; a key left out is a fact of its own
 
 
 def fact_of(slot: str, value: str) -> tuple[str, str]:
-    """The fact a QA pair carries: its slot and its value up to case, spacing and trailing punctuation, the
-    comparison the gold labels use (`labels.same_value`), so two pairs labelled gold for one slot are one fact."""
-    return slot, re.sub(r"\s+", " ", value).strip().strip(".,;!?").casefold()
+    """The fact a QA pair carries: its slot and its normalised value, the comparison the gold labels use
+    (`values.same_value`), so two pairs labelled gold for one slot are one fact."""
+    return slot, normalise_value(value)
 
 
 def _facts(keys: Iterable[str], facts: Facts | None) -> set[Hashable]:
@@ -100,3 +102,64 @@ def auc(labels: Sequence[int], scores: Sequence[float]) -> float:
     if len(set(labels)) < 2:
         return math.nan
     return float(roc_auc_score(list(labels), list(scores)))
+
+
+def brier(labels: Sequence[int], probs: Sequence[float]) -> float:
+    """Mean squared gap between P(relevant) and the label; NaN without pairs."""
+    if not labels:
+        return math.nan
+    return sum((p - y) ** 2 for y, p in zip(labels, probs, strict=True)) / len(labels)
+
+
+def ece(labels: Sequence[int], probs: Sequence[float], bins: int = 10) -> float:
+    """Expected calibration error over `bins` equal-width probability bins: the pair-weighted mean of
+    |positive rate - mean probability| per bin; NaN without pairs."""
+    if not labels:
+        return math.nan
+    groups: dict[int, list[tuple[int, float]]] = {}
+    for y, p in zip(labels, probs, strict=True):
+        groups.setdefault(min(int(p * bins), bins - 1), []).append((y, p))
+    gap = sum(abs(sum(y for y, _ in g) - sum(p for _, p in g)) for g in groups.values())
+    return gap / len(labels)
+
+
+# The rankings `memrl eval judger` and `memrl eval tod` set side by side: metric key prefix per row.
+RANKINGS = {"retrieval": "retrieval_", "judger": "judger_", "fused": "", "ceiling": "ceiling_"}
+GAIN_K = 5
+
+
+def side_by_side(metrics: Mapping[str, object], ks: Sequence[int]) -> dict[str, dict[str, float | None]]:
+    """Row per ranking (retrieval alone, judger alone, fused, and the ceiling), `recall@k` and `pair_recall@k`
+    columns, read from the flat metric keys (`retrieval_recall@5`, ...); None where a run lacks one."""
+    table: dict[str, dict[str, float | None]] = {}
+    for row, prefix in RANKINGS.items():
+        values = {name: metrics.get(prefix + name) for name in recall_names(ks)}
+        table[row] = {k: v if isinstance(v, int | float) else None for k, v in values.items()}
+    return table
+
+
+def judger_gain(metrics: Mapping[str, object], k: int = GAIN_K) -> float | None:
+    """Fused recall@k minus retrieval alone; None where either is missing."""
+    fused, alone = metrics.get(f"recall@{k}"), metrics.get(f"retrieval_recall@{k}")
+    if not isinstance(fused, int | float) or not isinstance(alone, int | float):
+        return None
+    return round(fused - alone, 4)
+
+
+def gain_interval(fused: Sequence[float], alone: Sequence[float]) -> dict[str, object]:
+    """The gain's paired bootstrap over queries (per-query fused and retrieval-alone recall@k, NaN where a query
+    has no gold): `ci95` as [low, high] and the `queries` it rests on; a null interval under two queries."""
+    found = paired_difference(fused, alone)
+    queries = sum(1 for f, a in zip(fused, alone, strict=True) if not (math.isnan(f) or math.isnan(a)))
+    ci = None if found is None else [round(found[1][0], 4), round(found[1][1], 4)]
+    return {"ci95": ci, "queries": queries}
+
+
+def table_lines(table: Mapping[str, Mapping[str, float | None]]) -> list[str]:
+    """`side_by_side` as aligned text lines ('-' for a missing value), each column as wide as its name."""
+    names = list(next(iter(table.values())))
+    lines = ["".ljust(10) + " ".join(names)]
+    for row, values in table.items():
+        cells = ("-" if v is None else f"{v:.3f}" for v in values.values())
+        lines.append(row.ljust(10) + " ".join(c.rjust(len(n)) for c, n in zip(cells, names, strict=True)))
+    return lines

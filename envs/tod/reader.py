@@ -23,12 +23,23 @@ def humanise(slot: str) -> str:
 
 
 def phrases(schemas: Schemas, service: str, intent: str) -> dict[str, str]:
-    """The intent's slots (schema order) as the reader names them: a True/False slot by its condition."""
+    """The intent's slots (schema order) as the reader names them: a noun phrase without its article ('date for the
+    reservation'), a True/False slot by its condition ('whether the hotel has wifi'). Only `schemas` is read."""
     out = {}
     for name in schemas.intent(service, intent).slots:
         spec = schemas.slot(service, name)
-        out[name] = (boolean_clause(spec) if is_boolean(spec) else None) or slot_phrase(spec)
+        clause = boolean_clause(spec) if is_boolean(spec) else None
+        out[name] = f"whether {clause}" if clause else slot_phrase(spec)
     return out
+
+
+_DETERMINED = re.compile(r"^(the|a|an|whether|if|which|what|how|your|its|their)\b", re.IGNORECASE)
+
+
+def asked(phrase: str) -> str:
+    """The phrase as the object of 'tell me ...': 'the' before a bare noun phrase, nothing before one that already
+    has its determiner or is a clause ('whether the hotel has wifi'), so no article is ever doubled."""
+    return phrase if _DETERMINED.match(phrase) else f"the {phrase}"
 
 
 @dataclass(frozen=True)
@@ -38,7 +49,7 @@ class ReaderRequest:
     selection: Selection
     missing: Sequence[str]  # L_miss from the reasoner
     known: Mapping[str, str]  # slot values the context states
-    phrases: Mapping[str, str]  # the intent's slots in schema order -> a short noun phrase (`slot_phrase`)
+    phrases: Mapping[str, str]  # the intent's slots in schema order -> how the reader names them (`phrases`)
 
     @property
     def conversation(self) -> list[Turn]:
@@ -57,20 +68,28 @@ class Reader(ABC):
     async def respond(self, request: ReaderRequest) -> Reply: ...
 
 
+def _name(request: ReaderRequest, slot: str) -> str:
+    return request.phrases.get(slot) or humanise(slot)
+
+
 @dataclass(frozen=True)
 class TemplateReader(Reader):
     """Deterministic: states every value it holds and asks for missing slots that memory cannot fill.
 
     It holds the values the context states, then for each missing slot the answer of the best-ranked selected QA
     pair of that slot, then the values the user gives in the loop (read from the turn's slot annotations; a user
-    turn without annotations is quoted back, so its values still reach the conversation).
+    turn without annotations is quoted back, so its values still reach the conversation). Slots are named as
+    `request.phrases` names them, and one name is stated once and asked at most once: two schema versions' slots
+    may share a name ('location of the hotel'), and what the context just gave is neither overridden from memory
+    nor asked again.
     """
 
     def state(self, request: ReaderRequest) -> dict[str, str]:
         state = dict(request.known)
         for scored in request.selection.selected:
             slot = scored.candidate.slot
-            if slot in request.missing and slot not in state:
+            named = {_name(request, s) for s in state}
+            if slot in request.missing and slot not in state and _name(request, slot) not in named:
                 state[slot] = scored.candidate.answer
         for turn in request.followup:
             if turn.speaker == "user":
@@ -80,10 +99,11 @@ class TemplateReader(Reader):
 
     async def respond(self, request: ReaderRequest) -> Reply:
         state = self.state(request)
-        name = {**{s: humanise(s) for s in state}, **request.phrases}
-        summary = "; ".join(f"{name[s]}: {v}" for s, v in state.items())
-        unknown = [name.get(s, humanise(s)) for s in request.missing if s not in state]
-        ask = f" Could you also tell me the {' and the '.join(unknown)}?" if unknown else ""
+        summary = "; ".join(dict.fromkeys(f"{_name(request, s)}: {v}" for s, v in state.items()))
+        stated = {_name(request, s) for s in state}
+        unknown = dict.fromkeys(_name(request, s) for s in request.missing if s not in state)
+        ask_for = [asked(n) for n in unknown if n not in stated]
+        ask = f" Could you also tell me {' and '.join(ask_for)}?" if ask_for else ""
         if not request.followup:
             text = f"Welcome back! Let me confirm the details: {summary}.{ask} Is that all correct?"
             return Reply(text, state)
@@ -101,7 +121,7 @@ class LLMReader(Reader):
     sampling: SamplingParams
 
     async def respond(self, request: ReaderRequest) -> Reply:
-        missing = {s: request.phrases.get(s) or humanise(s) for s in request.missing}
+        missing = {s: _name(request, s) for s in request.missing}
         messages = reader_messages(as_dicts(request.conversation), request.selection.a_core, missing)
         raw = (await self.backend.achat(messages, self.sampling)).text
         text = _SPEAKER_PREFIX.sub("", raw.strip()).strip()

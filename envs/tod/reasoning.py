@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from memrl.envs.tod.formats import Turn, mentions
+from memrl.envs.tod.formats import Turn
 from memrl.envs.tod.schema import IntentSpec, Schemas, intent_phrase, slot_phrase
+from memrl.envs.tod.values import mentions
 
 
 def filled_slots(turns: Sequence[Turn], goal: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,19 +1,24 @@
 """Intent-aligned retrieval over a memory bank's QA pairs: dense (MiniLM), BM25, or both; and score fusion.
 
 Units (one per earlier session) are first ranked by how close their intent description is to the current intent
-query, and only the best `top_units` are kept; their QA pairs are then scored against the same query. The scores
-are min-max normalised per query so that they fuse with a judger probability on the same [0, 1] scale.
+query, and only the best `top_units` are kept; their QA pairs are then scored against the same query (min-max
+normalised per query). `fuse` puts the retrieval and judger scores of one query on one scale before weighting them:
+ranks by default (scale-free: a judger whose probabilities sit in a narrow band still reorders), z-scores, or
+`minmax`, the earlier behaviour (min-max retrieval score plus the raw probability).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 RetrieverKind = Literal["dense", "bm25", "hybrid"]
 RETRIEVERS: tuple[str, ...] = ("dense", "bm25", "hybrid")
+Fusion = Literal["rank", "zscore", "minmax"]
+DEFAULT_ALPHA = 0.5  # without a judger-chosen alpha
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,12 @@ class DenseRetriever:
 
         if not docs:
             return []
-        vectors = get_embedder(self.model).encode([query, *docs])
-        return [float(x) for x in vectors[1:] @ vectors[0]]
+        # Each distinct text scored once, in float64: a float32 matrix-vector product rounds a row by where it sits
+        # in the batch, and two identical docs must tie (ties keep memory order).
+        distinct = list(dict.fromkeys(docs))
+        vectors = get_embedder(self.model).encode([query, *distinct]).astype("float64")
+        scores = dict(zip(distinct, (float(x) for x in vectors[1:] @ vectors[0]), strict=True))
+        return [scores[d] for d in docs]
 
 
 _WORD = re.compile(r"\w+")
@@ -140,8 +149,55 @@ def retrieve(
     return [(candidates[i], s_pre[i]) for i in order]
 
 
-def fuse(s_pre: Sequence[float], s_judger: Sequence[float], alpha: float) -> list[float]:
-    """alpha * s_pre + (1 - alpha) * s_judger, pair by pair."""
+def rank_scale(scores: Sequence[float]) -> list[float]:
+    """Ranks scaled to [0, 1] (best 1, worst 0), equal scores sharing their mean rank; one score becomes 1."""
+    from scipy.stats import rankdata
+
+    if len(scores) < 2:
+        return [1.0] * len(scores)
+    return [float(r - 1) / (len(scores) - 1) for r in rankdata(scores, method="average")]
+
+
+def zscore(scores: Sequence[float]) -> list[float]:
+    """(s - mean) / std per query; all 0 when the scores do not vary."""
+    if not scores:
+        return []
+    mean = sum(scores) / len(scores)
+    std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
+    return [0.0] * len(scores) if std <= 1e-12 else [(s - mean) / std for s in scores]
+
+
+Scaling = Callable[[Sequence[float], Sequence[float]], tuple[Sequence[float], Sequence[float]]]
+SCALES: dict[str, Scaling] = {
+    "rank": lambda pre, judged: (rank_scale(pre), rank_scale(judged)),
+    "zscore": lambda pre, judged: (zscore(pre), zscore(judged)),
+    # The earlier behaviour: retrieval min-max scaled, the judger's raw probability (a judger whose probabilities
+    # span a narrow band barely moves the ranking).
+    "minmax": lambda pre, judged: (minmax(pre), judged),
+}
+
+
+def fuse(s_pre: Sequence[float], s_judger: Sequence[float], alpha: float, scale: Fusion | str = "rank") -> list[float]:
+    """alpha * s_pre + (1 - alpha) * s_judger, pair by pair, after putting both on one per-query `scale` (`SCALES`)."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
-    return [alpha * p + (1 - alpha) * j for p, j in zip(s_pre, s_judger, strict=True)]
+    if scale not in SCALES:
+        raise ValueError(f"unknown fusion {scale!r}; expected one of {', '.join(SCALES)}")
+    pre, judged = SCALES[scale](s_pre, s_judger)
+    return [alpha * p + (1 - alpha) * j for p, j in zip(pre, judged, strict=True)]
+
+
+def resolve_alpha(alpha: float | None, judger: str | Path | None) -> tuple[float, str]:
+    """The fusion weight and where it came from: `alpha` when given, else the one the judger chose on its training
+    split (`JudgerInfo.alpha`), else DEFAULT_ALPHA."""
+    if alpha is not None:
+        return alpha, "given"
+    if judger is not None:
+        from memrl.rollout.judger.scorer import JUDGER_FILE, JudgerInfo, judger_folder
+
+        folder = judger_folder(judger)
+        chosen = JudgerInfo.read(folder).alpha
+        if chosen is not None:
+            return float(chosen), f"chosen on the judger's training split ({folder / JUDGER_FILE})"
+        return DEFAULT_ALPHA, f"default: {folder / JUDGER_FILE} holds no alpha"
+    return DEFAULT_ALPHA, "default: no judger"

@@ -22,6 +22,7 @@ from memrl.core.files import read_json
 from memrl.envs.actors import FAILED_FILE
 from memrl.envs.driver import Chain, DrivenRun, Schedule, World, drive
 from memrl.envs.tod.config import TodEvalConfig
+from memrl.envs.tod.extract import folder_schemas
 from memrl.envs.tod.formats import Individual, LoadProblems, Session, Turn, load_tod_dir
 from memrl.envs.tod.memory import MemoryUnit, TemplateMemoryBuilder, load_memory_banks
 from memrl.envs.tod.metrics import QualityJudge, gold_memory, session_scores
@@ -30,7 +31,7 @@ from memrl.envs.tod.proactive import SUPERVISORS, USERS, run_proactive
 from memrl.envs.tod.ranking import fact_of
 from memrl.envs.tod.reader import ReaderRequest, Reply, build_reader, phrases
 from memrl.envs.tod.reasoning import filled_slots
-from memrl.envs.tod.retrieval import build_retriever
+from memrl.envs.tod.retrieval import build_retriever, resolve_alpha
 from memrl.envs.tod.schema import Schemas, load_schemas
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.builder import build_backend
@@ -80,10 +81,20 @@ class Job:
     memory: list[dict[str, Any]]
 
 
-def plan_jobs(cfg: TodEvalConfig, schemas: Schemas, problems: LoadProblems | None = None) -> list[Job]:
-    """The sessions to run. Unless `cfg.strict`, foreign slots and unreadable files are recorded in `problems`."""
+@dataclass(frozen=True)
+class Plan:
+    jobs: list[Job]
+    schemas: Schemas  # the folder's (`folder_schemas`): memory, the reasoner and the reader all read this one
+
+
+def plan_jobs(cfg: TodEvalConfig, problems: LoadProblems | None = None) -> Plan:
+    """The sessions to run: every confirming session that can be scored. Unless `cfg.strict`, foreign slots, unscored
+    sessions and unreadable files are recorded in `problems` (the whole folder's, like the load)."""
     lenient = None if cfg.strict else (problems if problems is not None else LoadProblems())
-    individuals = select_individuals(cfg, load_tod_dir(cfg.data, schemas, lenient))
+    merged = load_schemas(cfg.schema_path())
+    loaded = load_tod_dir(cfg.data, merged, lenient)
+    schemas = folder_schemas(loaded, merged)  # from every individual, chosen or not: one schema per folder
+    individuals = select_individuals(cfg, loaded)
     banks = load_memory_banks(cfg.data, individuals, schemas, TemplateMemoryBuilder(lexicon_from=cfg.schema_path()))
     jobs = [
         Job(
@@ -94,9 +105,9 @@ def plan_jobs(cfg: TodEvalConfig, schemas: Schemas, problems: LoadProblems | Non
         )
         for ind in individuals
         for s in ind.sessions
-        if s.confirming
+        if s.scored  # `Session.unscored` names the others in `problems`
     ]
-    return jobs[: cfg.sessions] if cfg.sessions is not None else jobs
+    return Plan(jobs[: cfg.sessions] if cfg.sessions is not None else jobs, schemas)
 
 
 # --- models -------------------------------------------------------------------------------------------------------
@@ -144,7 +155,8 @@ class SessionRunner:
             from memrl.rollout.judger import load_judger
 
             judger = load_judger(cfg.judger)
-        selector = MemorySelector(build_retriever(cfg.retriever), judger, cfg.alpha, cfg.top_k, cfg.top_units)
+        alpha, _ = resolve_alpha(cfg.alpha, cfg.judger)  # `eval tod` resolved it already; direct callers get the same
+        selector = MemorySelector(build_retriever(cfg.retriever), judger, alpha, cfg.top_k, cfg.top_units, cfg.fusion)
         self.planner = MemoryPlanner(
             build_intent(cfg.intent, self.schemas, llm, self._params(sampling.intent)),
             build_reasoner(cfg.reasoner, self.schemas, llm, self._params(sampling.reasoner)),
@@ -194,7 +206,15 @@ class SessionRunner:
         # Every stored pair and its (slot, value): recall counts distinct gold facts, the ceiling any ranking's best.
         facts = {c.key: fact_of(c.slot, c.answer) for c in candidates(job.persona_id, session.session_id, memory)}
         scores = session_scores(
-            outcome.confirmation.text, goal, outcome.dte, outcome.success, plan.selection.keys, gold, facts, list(facts)
+            outcome.confirmation.text,
+            goal,
+            outcome.dte,
+            outcome.success,
+            plan.selection.keys,
+            gold,
+            facts,
+            list(facts),
+            plan.selection.rankings,
         )
         record: dict[str, Any] = {
             "key": job.key,
@@ -230,8 +250,8 @@ class SessionRunner:
 def run_tod(cfg: TodEvalConfig, out: Path, console: Console, problems: LoadProblems | None = None) -> DrivenRun:
     """Run (or resume) the evaluation into `out`; its records are those of the chosen sessions. What loading the
     data dropped or skipped goes to `problems`."""
-    schemas = load_schemas(cfg.schema_path())
-    jobs = plan_jobs(cfg, schemas, problems)
+    plan = plan_jobs(cfg, problems)
+    jobs, schemas = plan.jobs, plan.schemas
     if not jobs:
         raise MemrlError(f"{cfg.data}: the chosen individuals have no confirming session to evaluate")
     schedule: Schedule[Job, None] = Schedule(

@@ -2,7 +2,8 @@
 
 The MS-TOD release names a service without SGD's version suffix (`Restaurants`, not `Restaurants_1`). Such a bare
 name resolves to the family of its versions, merged: the slots of every version together (the first version that
-defines a slot gives its spec), and each intent with the slots it has in any version.
+defines a slot gives its spec), and each intent with the slots it has in any version. `Schemas.restricted` narrows
+services to the slots a released folder confirms (`extract.folder_schemas`).
 
 A generated MS-TOD folder carries its own `schema.json` (only the services its tasks use), so the judger data and the
 evaluation read the slot descriptions from the same place the generator did.
@@ -11,8 +12,8 @@ evaluation read the slot descriptions from the same place the generator did.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,37 @@ def merge_family(family: str, versions: Sequence[ServiceSchema]) -> ServiceSchem
     return ServiceSchema(family, versions[0].description, slots, intents, raw)
 
 
+def only_slots(service: ServiceSchema, keep: Collection[str]) -> ServiceSchema:
+    """`service` with only the slots in `keep` (its intents' slot lists and its raw record likewise)."""
+
+    def kept(names: Iterable[str]) -> tuple[str, ...]:
+        return tuple(n for n in names if n in keep)
+
+    intents = {
+        name: replace(
+            i,
+            required_slots=kept(i.required_slots),
+            optional_slots={s: d for s, d in i.optional_slots.items() if s in keep},
+            result_slots=kept(i.result_slots),
+        )
+        for name, i in service.intents.items()
+    }
+    raw = dict(service.raw)
+    raw["slots"] = [s for s in raw.get("slots", ()) if isinstance(s, Mapping) and s.get("name") in keep]
+    raw["intents"] = [
+        {
+            **r,
+            "required_slots": list(kept(r.get("required_slots", ()))),
+            "optional_slots": {s: d for s, d in dict(r.get("optional_slots", {})).items() if s in keep},
+            "result_slots": list(kept(r.get("result_slots", ()))),
+        }
+        for r in raw.get("intents", ())
+        if isinstance(r, Mapping)
+    ]
+    slots = {n: s for n, s in service.slots.items() if n in keep}
+    return ServiceSchema(service.name, service.description, slots, intents, raw)
+
+
 def families(services: Iterable[ServiceSchema]) -> dict[str, ServiceSchema]:
     """Bare family name -> its versions merged, for every family with a versioned service."""
     grouped: dict[str, list[tuple[int, ServiceSchema]]] = {}
@@ -218,6 +250,19 @@ class Schemas:
     def subset(self, names: Iterable[str]) -> Schemas:
         return Schemas(self.service(n) for n in sorted(set(names)))
 
+    def restricted(self, used: Mapping[str, Iterable[str]]) -> Schemas:
+        """A copy where each service named in `used` (as looked up: a bare family name too) keeps only the slots
+        `used` lists for it, in every intent as well; the other services are unchanged."""
+        out = Schemas()
+        out.services, out.families = dict(self.services), dict(self.families)
+        for name, slots in used.items():
+            keep = set(slots)
+            if name in out.services:
+                out.services[name] = only_slots(out.services[name], keep)
+            elif name in out.families:
+                out.families[name] = only_slots(out.families[name], keep)
+        return out
+
     def to_records(self) -> list[dict[str, Any]]:
         return [self.services[n].raw for n in sorted(self.services)]
 
@@ -266,6 +311,7 @@ _BOOLEAN_PREFIXES = (
     "boolean flag whether ",
     "boolean flag if ",
     "boolean flag for whether ",
+    "whether or not ",
     "whether ",
     "if ",
 )
@@ -287,7 +333,8 @@ def boolean_clause(slot: SlotSpec) -> str | None:
     low = text.lower()
     for prefix in _BOOLEAN_PREFIXES:
         if low.startswith(prefix):
-            return text[len(prefix) :]
+            clause = text[len(prefix) :]
+            return clause[: -len(" or not")] if clause.lower().endswith(" or not") else clause
     return None
 
 

@@ -14,9 +14,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memrl.envs.tod.formats import ConfirmationState, Session, Turn, mentions
+from memrl.envs.tod.formats import ConfirmationState, Session, Turn
 from memrl.envs.tod.generate import MIN_TURNS, SessionPlan
 from memrl.envs.tod.schema import Schemas, boolean_clause, intent_phrase, is_boolean, slot_phrase, slot_question
+from memrl.envs.tod.values import mentions
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
 from memrl.rollout.json_output import parse_json_object
 

@@ -30,6 +30,9 @@ class JudgerInput:
     answer: str  # the stored pair's answer
     intent: str = ""  # intent description of the memory unit (earlier session) the pair comes from
     slot: str = ""  # the slot the stored pair answers: matching it against `missing` is half the decision
+    # The current task as retrieval's intent query states it (intent and the values said so far). A confirming
+    # session often opens with "Thank you!": without it the judger cannot tell one booking from another.
+    task: str = ""
 
     @classmethod
     def from_pair(cls, row: Mapping[str, Any]) -> JudgerInput:
@@ -41,6 +44,7 @@ class JudgerInput:
             answer=str(row["answer"]),
             intent=str(row.get("memory_intent") or ""),
             slot=str(row.get("slot") or ""),
+            task=str(row.get("intent_query") or ""),
         )
 
 
@@ -58,8 +62,12 @@ def _note(item: JudgerInput) -> str:
     return f"Note{about}.{slot} Question: {item.question} Answer: {item.answer}"
 
 
+def _task(item: JudgerInput) -> str:
+    return f"Task: {item.task}\n" if item.task else ""
+
+
 def _tail(item: JudgerInput) -> str:
-    return f"Missing: {_missing(item)}"
+    return f"{_task(item)}Missing: {_missing(item)}"
 
 
 def _pair(item: JudgerInput, turns: list[str]) -> tuple[str, str]:
@@ -146,8 +154,9 @@ def _render(item: JudgerInput, turns: list[str], tokenizer: Any) -> str:
 
 
 def prompt_parts(item: JudgerInput, turns: list[str]) -> tuple[str, str, str]:
-    """A causal prompt's variable parts: the dialogue (these turns), the missing slots, the note."""
-    return "\n".join(turns) if turns else "(empty)", f"Details still missing: {_missing(item)}", _note(item)
+    """A causal prompt's variable parts: the dialogue (these turns), the task and missing slots, the note."""
+    dialogue = "\n".join(turns) if turns else "(empty)"
+    return dialogue, f"{_task(item)}Details still missing: {_missing(item)}", _note(item)
 
 
 def prompt_frame(tokenizer: Any) -> tuple[str, ...] | None:

@@ -19,12 +19,14 @@ PAD_SLACK = 1.125  # in a batch, the longest item is at most this many times the
 
 @dataclass(frozen=True)
 class JudgerInfo:
-    """What a scorer needs to rebuild the judger: the head, its base, the input budget, adapter or merged."""
+    """What a scorer needs to rebuild the judger: the head, its base, the input budget, adapter or merged; and the
+    fusion alpha chosen on the training individuals (None: not chosen, e.g. a judger trained before it existed)."""
 
     head: str
     base: str
     max_length: int
     adapter: bool
+    alpha: float | None = None
 
     def save(self, folder: Path) -> None:
         (folder / JUDGER_FILE).write_text(json.dumps(asdict(self), indent=2))
@@ -38,9 +40,14 @@ class JudgerInfo:
             raise ConfigError(f"{folder} is not a trained judger: {JUDGER_FILE} is missing")
         try:
             data = json.loads(path.read_text())
-            return cls(str(data["head"]), str(data["base"]), int(data["max_length"]), bool(data["adapter"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            alpha = data.get("alpha")
+            info = cls(str(data["head"]), str(data["base"]), int(data["max_length"]), bool(data["adapter"]),
+                       None if alpha is None else float(alpha))  # fmt: skip
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             raise ConfigError(f"{path}: expected a JSON object with head, base, max_length, adapter") from None
+        if info.alpha is not None and not 0.0 <= info.alpha <= 1.0:
+            raise ConfigError(f"{path}: alpha must lie in [0, 1], got {info.alpha}")
+        return info
 
 
 class JudgerScorer:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import json
+import os
+import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,6 +14,7 @@ from typing import Any
 from memrl.core.errors import ConfigError
 from memrl.core.files import open_text, parse_json
 from memrl.core.outcomes import require_data
+from memrl.envs.tod.retrieval import Candidate, build_retriever, retrieve
 from memrl.rollout.judger.heads import Head
 from memrl.rollout.judger.inputs import JudgerInput
 
@@ -51,6 +56,117 @@ def read_pairs(path: Path) -> list[dict[str, Any]]:
     if not rows:
         raise ConfigError(f"{path}: no judger pairs")
     return rows
+
+
+def by_query(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Rows grouped by query, in file order."""
+    queries: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        queries.setdefault(str(row["query_id"]), []).append(row)
+    return queries
+
+
+def split_dev(
+    rows: Sequence[dict[str, Any]], fraction: float, seed: int, where: str = "alpha_dev_fraction"
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, dev): a seeded `fraction` of the individuals (`persona_id`) goes to dev, whole, so nothing of a dev
+    individual is trained on. Fraction 0, or a single individual (nothing would be left to train on): no dev."""
+    if fraction <= 0:
+        return list(rows), []
+    missing = next((r for r in rows if "persona_id" not in r), None)
+    if missing is not None:
+        raise ConfigError(f"{where}: judger pair {missing['key']!r} has no persona_id to split individuals by")
+    people = sorted({r["persona_id"] for r in rows}, key=str)
+    if len(people) < 2:
+        return list(rows), []
+    n_dev = min(len(people) - 1, max(1, round(fraction * len(people))))
+    dev = set(random.Random(seed).sample(people, n_dev))
+    return [r for r in rows if r["persona_id"] not in dev], [r for r in rows if r["persona_id"] in dev]
+
+
+def retrieved_keys(
+    rows: Sequence[dict[str, Any]], retriever: str, top_units: int, cache: Path | None = None
+) -> dict[str, list[str]]:
+    """Per query, the keys of the pairs `retrieve` keeps (its `top_units` units), as evaluation computes them.
+
+    Dense retrieval embeds every query's units (about a minute on the release on 2 cores), so the result is cached
+    in `cache`, valid while what retrieval reads of the rows is the same."""
+    queries = by_query(rows)
+    # What retrieval reads, row by row: a rebuilt data folder with the same keys but other texts is recomputed.
+    read = (json.dumps([r["key"], r["query_id"], r.get("intent_query"), r["memory_session_id"], r["memory_intent"],
+                        r["question"], r["answer"]]) for r in rows)  # fmt: skip
+    digest = hashlib.sha256("\n".join(read).encode()).hexdigest()
+    ident = {"retriever": retriever, "top_units": top_units, "keys": digest}
+    if cache is not None and cache.is_file():
+        try:
+            saved = json.loads(cache.read_text())
+            if saved.get("ident") == ident:
+                return {str(q): [str(k) for k in keys] for q, keys in saved["kept"].items()}
+        except (json.JSONDecodeError, KeyError, AttributeError, TypeError):
+            pass  # a broken cache is recomputed
+    ranker = build_retriever(retriever)
+    kept = {
+        qid: [c.key for c, _ in retrieve(str(qr[0].get("intent_query") or ""), [Candidate.from_pair(r) for r in qr],
+                                         ranker, top_units)]
+        for qid, qr in queries.items()
+    }  # fmt: skip
+    if cache is not None:
+        try:
+            tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")  # processes of one torchrun may race here
+            tmp.write_text(json.dumps({"ident": ident, "kept": kept}))
+            tmp.replace(cache)
+        except OSError:
+            pass  # a read-only data folder: recompute next time
+    return kept
+
+
+@dataclass(frozen=True)
+class SelectionCounts:
+    queries: int
+    rows: int
+    positives: int
+
+    @property
+    def positive_rate(self) -> float:
+        return self.positives / self.rows if self.rows else 0.0
+
+    def line(self) -> str:
+        return f"{self.queries} queries, {self.rows} pairs, {self.positives} positive ({self.positive_rate:.1%})"
+
+
+def select_pairs(
+    rows: Sequence[dict[str, Any]],
+    *,
+    require_positive: bool,
+    kept: Mapping[str, Sequence[str]] | None,
+    random_negatives: int,
+    seed: int,
+    where: str = "selection",
+) -> list[dict[str, Any]]:
+    """The training rows: per query (with a positive, when required) the pairs of its `kept` units (all pairs when
+    `kept` is None), every positive, and up to `random_negatives` other negatives drawn with a per-query seed.
+    A selection without a positive is refused: BCE would only learn to say no."""
+    selected: list[dict[str, Any]] = []
+    for qid, query_rows in by_query(rows).items():
+        if require_positive and not any(r["label"] == 1 for r in query_rows):
+            continue
+        if kept is None:
+            selected += query_rows
+            continue
+        hard = set(kept.get(qid, ()))
+        # Positives outside the kept units still teach what answers a slot; they are too few to leave out.
+        chosen = [r for r in query_rows if str(r["key"]) in hard or r["label"] == 1]
+        rest = [r for r in query_rows if str(r["key"]) not in hard and r["label"] == 0]
+        extra = random.Random(f"{seed}/{qid}").sample(rest, min(random_negatives, len(rest)))
+        picked = {id(r) for r in (*chosen, *extra)}
+        selected += [r for r in query_rows if id(r) in picked]  # file order
+    if not any(r["label"] == 1 for r in selected):
+        raise ConfigError(f"{where}: the selected training pairs hold no positive ({counts(rows).line()} before)")
+    return selected
+
+
+def counts(rows: Sequence[dict[str, Any]]) -> SelectionCounts:
+    return SelectionCounts(len(by_query(rows)), len(rows), sum(1 for r in rows if r["label"] == 1))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Memory activation on held-out judger data: does the judger lift the gold QA pairs into the top k?
 
 Per query (one confirming session): intent-aligned retrieval over its candidates gives s_pre, the judger gives
-s, and the fused score alpha * s_pre + (1 - alpha) * s ranks the retrieved pairs. `recall@k` counts the distinct gold
+s, and the fused score alpha * s_pre + (1 - alpha) * s, both on one per-query scale (`retrieval.fuse`), ranks the
+retrieved pairs; retrieval alone, the judger alone and fused are scored side by side, with the judger's AUC (all
+pairs, and the retrieved ones it re-ranks), Brier score and ECE. `recall@k` counts the distinct gold
 (slot, value) facts some top-k pair carries, `pair_recall@k` the gold pairs themselves (gold outside the kept units
 counts as missed), and `ceiling_*` is the best any ranking of the query's pairs reaches (`envs.tod.ranking`).
 Judger scores stream to `scores.jsonl`, so a killed run resumes where it stopped.
@@ -20,8 +22,21 @@ from rich.console import Console
 from memrl.core.errors import ConfigError
 from memrl.core.jsonl import ResumableJsonl
 from memrl.core.progress import progress
-from memrl.envs.tod.ranking import RankedQuery, auc, fact_of, mean_scores, recall_names
-from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, retrieve
+from memrl.envs.tod.ranking import (
+    GAIN_K,
+    RankedQuery,
+    auc,
+    brier,
+    ece,
+    fact_of,
+    gain_interval,
+    judger_gain,
+    mean_scores,
+    recall_names,
+    side_by_side,
+    table_lines,
+)
+from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, resolve_alpha, retrieve
 from memrl.rollout.judger.inputs import JudgerInput
 from memrl.rollout.judger.scorer import JUDGER_FILE
 from memrl.train.curves import RECALL_AT_K, ROC_PR, recall_chart, roc_pr_chart
@@ -68,7 +83,8 @@ def evaluate_judger(
     out: Path,
     *,
     retriever: str = "dense",
-    alpha: float = 0.5,
+    alpha: float | None = None,
+    fusion: str = "rank",
     top_units: int | None = 3,
     alphas: Sequence[float] = ALPHAS,
     ks: Sequence[int] = KS,
@@ -76,9 +92,10 @@ def evaluate_judger(
     max_queries: int | None = None,
     console: Console | None = None,
 ) -> dict[str, Any]:
-    """Write and return `out/metrics.json`. `judger=None`: retrieval alone (the judger keys are null).
-    `max_queries` keeps the first N queries of the file (smoke runs)."""
+    """Write and return `out/metrics.json`. `judger=None`: retrieval alone (the judger keys are null). `alpha=None`:
+    the judger's own (`retrieval.resolve_alpha`). `max_queries` keeps the first N queries of the file (smoke runs)."""
     console = console or Console(stderr=True)
+    alpha, alpha_source = resolve_alpha(alpha, judger)
     rows = read_pairs(pairs_path)
     if max_queries is not None:
         first = set(list(dict.fromkeys(str(r["query_id"]) for r in rows))[:max_queries])
@@ -93,8 +110,11 @@ def evaluate_judger(
     queries: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         queries.setdefault(str(row["query_id"]), []).append(row)
-    sweep = sorted({*alphas, alpha, 0.0, 1.0})
-    rankings: dict[float, list[RankedQuery]] = {a: [] for a in sweep}
+    sweep: list[float] = sorted({*alphas, alpha})
+    # Ranking name -> one RankedQuery per query: retrieval alone, the judger alone, fused at each alpha of the sweep.
+    names: list[str | float] = ["retrieval", "judger", *sweep]
+    rankings: dict[str | float, list[RankedQuery]] = {name: [] for name in names}
+    retrieved: list[str] = []  # keys of the pairs the kept units hold: what the judger re-ranks
     ranker = build_retriever(retriever)
     with progress(console) as bar:
         task = bar.add_task(f"retrieval ({retriever})", total=len(queries))
@@ -103,44 +123,102 @@ def evaluate_judger(
             facts = {str(r["key"]): fact_of(str(r["slot"]), str(r["answer"])) for r in query_rows}
             query = str(query_rows[0].get("intent_query") or "")
             kept = retrieve(query, [Candidate.from_pair(r) for r in query_rows], ranker, top_units)
-            s_pre = [s for _, s in kept]
-            s_j = [judged[c.key] for c, _ in kept] if judged is not None else s_pre
-            for a in sweep:
-                fused = fuse(s_pre, s_j, a)
-                order = sorted(range(len(kept)), key=lambda i: -fused[i])  # ties keep the retrieval order
-                rankings[a].append(RankedQuery([kept[i][0].key for i in order], gold, facts, list(facts)))
+            retrieved += [c.key for c, _ in kept]
+
+            def ranked(order: Sequence[int]) -> RankedQuery:
+                return RankedQuery([kept[i][0].key for i in order], gold, facts, list(facts))  # noqa: B023
+
+            rankings["retrieval"].append(ranked(range(len(kept))))
+            if judged is not None:
+                s_pre = [s for _, s in kept]
+                s_j = [judged[c.key] for c, _ in kept]
+                rankings["judger"].append(ranked(sorted(range(len(kept)), key=lambda i: -s_j[i])))
+                for a in sweep:
+                    fused = fuse(s_pre, s_j, a, fusion)
+                    rankings[a].append(ranked(sorted(range(len(kept)), key=lambda i: -fused[i])))
             bar.advance(task)
 
-    def recalls(a: float) -> dict[str, float | None]:
-        """`recall@k` (distinct gold facts) and `pair_recall@k` (gold pairs) of the ranking at alpha `a`."""
-        means = mean_scores((q.recalls(ks) for q in rankings[a]), recall_names(ks))
-        return {name: _round(value) for name, value in means.items()}
+    def recalls(name: str | float) -> dict[str, float | None]:
+        """`recall@k` (distinct gold facts) and `pair_recall@k` (gold pairs) of one ranking."""
+        means = mean_scores((q.recalls(ks) for q in rankings[name]), recall_names(ks))
+        return {key: _round(value) for key, value in means.items()}
 
-    # The ceilings do not depend on alpha: the best any ranking of each query's pairs could do.
-    ceilings = mean_scores((q.ceilings(ks) for q in rankings[1.0]), (f"ceiling_{n}" for n in recall_names(ks)))
-    retrieval_only = recalls(1.0)
+    def per_query(name: str | float) -> list[float]:
+        """Each query's `recall@GAIN_K` under one ranking (NaN without gold), for the gain's paired interval."""
+        return [q.recalls([GAIN_K])[f"recall@{GAIN_K}"] for q in rankings[name]]
+
+    # The ceilings do not depend on the ranking: the best any ordering of each query's pairs could do.
+    ceilings = mean_scores((q.ceilings(ks) for q in rankings["retrieval"]), (f"ceiling_{n}" for n in recall_names(ks)))
+    retrieval_only = recalls("retrieval")
+    labels = [int(r["label"]) for r in rows]
+    probs = [judged[k] for k in keys] if judged is not None else []
+    label_of = dict(zip(keys, labels, strict=True))
     metrics: dict[str, Any] = {
         **(recalls(alpha) if judged is not None else retrieval_only),
         **{f"retrieval_{k}": v for k, v in retrieval_only.items()},
-        **{f"judger_{k}": (v if judged is not None else None) for k, v in recalls(0.0).items()},
+        **{f"judger_{k}": (v if judged is not None else None) for k, v in recalls("judger").items()},
         **{name: _round(value) for name, value in ceilings.items()},
-        "auc": _round(auc([int(r["label"]) for r in rows], [judged[k] for k in keys])) if judged is not None else None,
+    }
+    metrics |= {
+        f"judger_gain@{GAIN_K}": judger_gain(metrics) if judged is not None else None,
+        f"judger_gain@{GAIN_K}_interval": (
+            gain_interval(per_query(alpha), per_query("retrieval")) if judged is not None else None
+        ),
+        "auc": _round(auc(labels, probs)) if judged is not None else None,
+        # What the judger actually re-ranks: the pairs of the units retrieval kept.
+        "auc_retrieved": (
+            _round(auc([label_of[k] for k in retrieved], [judged[k] for k in retrieved]))
+            if judged is not None
+            else None
+        ),
+        "brier": _round(brier(labels, probs)) if judged is not None else None,
+        "ece": _round(ece(labels, probs)) if judged is not None else None,
+        "side_by_side": side_by_side(metrics, ks),
         "alpha_sweep": {str(a): recalls(a) for a in alphas} if judged is not None else None,
         "alpha": alpha,
+        "alpha_source": alpha_source,
+        "fusion": fusion,
         "retriever": retriever,
         "top_units": top_units,
         "judger": judger,
         "data": str(pairs_path),
         "queries": len(queries),
-        "queries_with_gold": sum(1 for q in rankings[1.0] if q.gold),
+        "queries_with_gold": sum(1 for q in rankings["retrieval"] if q.gold),
         "pairs": len(rows),
-        "positives": sum(1 for r in rows if r["label"] == 1),
+        "retrieved_pairs": len(retrieved),
+        "positives": sum(labels),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    print_summary(metrics, ks, console)
     recall_chart(metrics, out / RECALL_AT_K, title=f"judger evaluation ({retriever}, alpha {alpha})")
     if judged is not None:
-        roc_pr_chart([int(r["label"]) for r in rows], [judged[k] for k in keys], out / ROC_PR)
+        roc_pr_chart(labels, probs, out / ROC_PR)
     return metrics
+
+
+def print_summary(metrics: dict[str, Any], ks: Sequence[int], console: Console) -> None:
+    """The side-by-side table, the fusion used and the gain line (eval judger and eval tod alike)."""
+    for line in table_lines(side_by_side(metrics, ks)):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    setup = metrics.get("setup", metrics)  # eval tod keeps how it ran under `setup`
+    if setup.get("judger") is None:
+        console.print("no judger: fused is retrieval alone", markup=False, highlight=False)
+        return
+    console.print(
+        f"fused on the {setup['fusion']} scale, alpha {setup['alpha']} ({setup['alpha_source']})",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    gain = metrics.get(f"judger_gain@{GAIN_K}")
+    shown = "-" if gain is None else f"{gain:+.4f}"
+    interval = metrics.get(f"judger_gain@{GAIN_K}_interval") or {}
+    if interval.get("ci95") is not None:
+        low, high = interval["ci95"]
+        shown += f", 95% CI [{low:+.4f}, {high:+.4f}] (paired bootstrap over {interval['queries']} queries)"
+    console.print(
+        f"judger_gain@{GAIN_K}: {shown} (fused minus retrieval alone)", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 def _round(value: float) -> float | None:

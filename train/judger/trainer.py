@@ -1,8 +1,11 @@
 """Train the memory judger on the HF Trainer: the head gives one logit per pair, `compute_loss` applies BCE.
 
+Training rows are the stage's `selection` of the train split (what evaluation ranks: the retrieved units of queries
+with a positive); `alpha_dev_fraction` of the train individuals is kept out of training to choose the fusion alpha.
 A stage writes `final/`: the merged model (LoRA folded into the base, for plain loading) with its tokenizer,
-`memrl_judger.json` (how to score with it) and, last, `memrl_checkpoint.json` (the stage finished). Distributed
-runs save the LoRA adapter instead (merging a ZeRO-3 sharded model is the loader's job); `load_judger` reads both.
+`memrl_judger.json` (how to score with it, with the chosen alpha) and, last, `memrl_checkpoint.json` (the stage
+finished). Distributed runs save the LoRA adapter instead (merging a ZeRO-3 sharded model is the loader's job);
+`load_judger` reads both.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +24,17 @@ from memrl.rollout.judger.heads import Head, build_head
 from memrl.rollout.judger.scorer import JudgerInfo
 from memrl.train.config import JudgerStage
 from memrl.train.curves import LOSS_CURVE, loss_chart
-from memrl.train.judger.data import Collator, PairsDataset, read_pairs, require_pairs
+from memrl.train.judger.data import (
+    PAIRS_FILE,
+    Collator,
+    PairsDataset,
+    counts,
+    read_pairs,
+    require_pairs,
+    retrieved_keys,
+    select_pairs,
+    split_dev,
+)
 from memrl.train.judger.launch import deepspeed_config
 from memrl.train.trl_common import TrainContext, apply_overrides, base_args, resume_point
 
@@ -49,8 +63,54 @@ def _trainer_class() -> type:
     return JudgerTrainer
 
 
+ALPHA_GRID = tuple(round(i / 10, 1) for i in range(11))
+ALPHA_METRIC = "recall@5"
+
+
 def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def training_split(
+    stage: JudgerStage, data_dir: Path, ctx: TrainContext
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(selected training rows, dev rows to choose the alpha on); the counts are printed once."""
+    path = require_pairs(data_dir, "train")
+    rows = read_pairs(path)
+    train, dev = split_dev(rows, stage.alpha_dev_fraction, ctx.seed, where=f"stages.{ctx.stage}.alpha_dev_fraction")
+    sel = stage.selection
+    kept = None
+    if sel.retriever is not None:  # on every row, so the cache holds whatever the dev split
+        cache = path.with_name(f"{path.name}.{sel.retriever}-top{sel.top_units}.kept.json")
+        kept = retrieved_keys(rows, sel.retriever, sel.top_units, cache)
+    selected = select_pairs(
+        train,
+        require_positive=sel.require_positive,
+        kept=kept,
+        random_negatives=sel.random_negatives,
+        seed=ctx.seed,
+        where=f"stages.{ctx.stage}.selection",
+    )
+    # Alpha is chosen on dev's recall@5, which only queries with a positive count towards and only the retrieved
+    # pairs decide: scoring those alone gives the same rankings at a fraction of the judger's time.
+    if any(r["label"] == 1 for r in dev):
+        dev = select_pairs(dev, require_positive=True, kept=kept, random_negatives=0, seed=ctx.seed)
+    else:
+        dev = []
+    if int(os.environ.get("RANK", "0")) == 0:
+        from rich.console import Console
+
+        dev_note = f"; alpha dev: {len({r['persona_id'] for r in dev})} individuals" if dev else ""
+        if not dev and stage.alpha_dev_fraction > 0:
+            dev_note = "; alpha not chosen: no dev individual with a positive pair (too few individuals?)"
+        Console(stderr=True, soft_wrap=True).print(
+            f"{ctx.stage}: training on {counts(selected).line()} of {counts(train).line()}{dev_note}"
+        )
+        ctx.out_dir.mkdir(parents=True, exist_ok=True)
+        summary = {"selected": asdict(counts(selected)), "train": asdict(counts(train)), "dev": asdict(counts(dev)),
+                   "pos_weight_auto": auto_pos_weight(r["label"] for r in selected)}  # fmt: skip
+        (ctx.out_dir / "selection.json").write_text(json.dumps(summary, indent=2))
+    return selected, dev
 
 
 def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: TrainContext) -> Path:
@@ -58,7 +118,7 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
     import torch
     from transformers import AutoTokenizer, TrainingArguments
 
-    rows = read_pairs(require_pairs(data_dir, "train"))
+    rows, dev = training_split(stage, data_dir, ctx)
     train = PairsDataset(rows)
     pos_weight = auto_pos_weight(train.labels) if stage.pos_weight == "auto" else stage.pos_weight
     world = world_size()
@@ -111,7 +171,7 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
         pos_weight=pos_weight,
     )
     trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
-    return _save_final(trainer, tokenizer, stage, ctx, base=portable_ref(base_model))
+    return _save_final(trainer, tokenizer, stage, ctx, base=portable_ref(base_model), dev=dev)
 
 
 def _total_steps(stage: JudgerStage, examples: int) -> int:
@@ -139,8 +199,11 @@ def _peft_config(stage: JudgerStage, head: Head) -> Any:
     )
 
 
-def _save_final(trainer: Any, tokenizer: Any, stage: JudgerStage, ctx: TrainContext, *, base: str) -> Path:
-    """Merged model where this process holds all of it; the adapter under several processes. Info files last."""
+def _save_final(
+    trainer: Any, tokenizer: Any, stage: JudgerStage, ctx: TrainContext, *, base: str, dev: list[dict[str, Any]]
+) -> Path:
+    """Merged model where this process holds all of it; the adapter under several processes. Info files last, the
+    alpha chosen on `dev` (when there is one) between them."""
     final = ctx.out_dir / "final"
     adapter = stage.lora is not None and world_size() > 1
     if stage.lora is not None and not adapter:
@@ -153,5 +216,39 @@ def _save_final(trainer: Any, tokenizer: Any, stage: JudgerStage, ctx: TrainCont
         (ctx.out_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
         loss_chart(trainer.state.log_history, ctx.out_dir / LOSS_CURVE, title=f"{ctx.run_name} (judger BCE)")
         JudgerInfo(stage.head, base, stage.max_length, adapter).save(final)
+        if dev:
+            alpha = alpha_on_dev(final, dev, ctx.out_dir, stage)
+            JudgerInfo(stage.head, base, stage.max_length, adapter, alpha).save(final)
         CheckpointInfo(base, f"judger-{stage.head}", ctx.stage, int(trainer.state.global_step), adapter).save(final)
     return final
+
+
+def alpha_on_dev(final: Path, dev: list[dict[str, Any]], out_dir: Path, stage: JudgerStage) -> float | None:
+    """The fusion alpha of ALPHA_GRID with the best fused recall@5 on the dev individuals (ties: the larger, i.e.
+    the more retrieval), ranked as evaluation ranks; the sweep goes to `alpha_selection.json`. `dev_auc` is over
+    the pairs scored: the retrieved ones and the positives. None: no recall to compare."""
+    from memrl.train.judger.evaluate import evaluate_judger
+
+    folder = out_dir / "alpha_dev"
+    folder.mkdir(parents=True, exist_ok=True)
+    pairs = folder / PAIRS_FILE
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in dev))
+    retriever, top_units = stage.selection.retriever or "dense", stage.selection.top_units
+    metrics = evaluate_judger(
+        str(final), pairs, folder, retriever=retriever, top_units=top_units, alpha=0.5, alphas=ALPHA_GRID
+    )
+    sweep = {a: metrics["alpha_sweep"][str(a)][ALPHA_METRIC] for a in ALPHA_GRID}
+    scored = [(value, a) for a, value in sweep.items() if value is not None]
+    alpha = max(scored)[1] if scored else None
+    selection = {
+        "alpha": alpha,
+        "metric": ALPHA_METRIC,
+        "sweep": {str(a): v for a, v in sweep.items()},
+        "dev_individuals": len({r["persona_id"] for r in dev}),
+        "dev_queries": metrics.get("queries"),
+        "dev_auc": metrics.get("auc"),
+        "retriever": retriever,
+        "top_units": top_units,
+    }
+    (out_dir / "alpha_selection.json").write_text(json.dumps(selection, indent=2))
+    return alpha

@@ -11,6 +11,7 @@ from rich.console import Console
 from memrl.app.actions import Action
 from memrl.core.errors import ConfigError
 from memrl.core.schema import StrictModel
+from memrl.envs.tod.retrieval import Fusion
 
 
 class JudgerEval(StrictModel):
@@ -24,9 +25,18 @@ class JudgerEval(StrictModel):
     )
     retriever: Literal["dense", "bm25", "hybrid"] = Field(default="dense", description="dense | bm25 | hybrid")
     top_units: PositiveInt | None = Field(default=3, description="memory units kept by intent alignment; None: all")
-    alpha: float = Field(default=0.5, ge=0, le=1, description="fused = alpha * retrieval + (1 - alpha) * judger")
+    alpha: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="fused = alpha * retrieval + (1 - alpha) * judger, per-query scaled; default: the alpha the judger "
+        "chose on its training split, else 0.5",
+    )
+    fusion: Fusion = Field(
+        default="rank", description="per-query scale of both scores before fusing: rank | zscore | minmax (earlier)"
+    )
     alphas: list[Annotated[float, Field(ge=0, le=1)]] = Field(
-        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0], description="the alpha sweep"
+        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0], description="the alpha sweep (any grid)"
     )
     ks: list[PositiveInt] = Field(default_factory=lambda: [1, 3, 5], min_length=1, description="the k of Recall@k")
     batch_size: PositiveInt = Field(default=32, description="pairs per judger forward pass")
@@ -45,6 +55,7 @@ def evaluate(cfg: JudgerEval, out: Path, console: Console) -> dict[str, Any]:
         out,
         retriever=cfg.retriever,
         alpha=cfg.alpha,
+        fusion=cfg.fusion,
         top_units=cfg.top_units,
         alphas=cfg.alphas,
         ks=cfg.ks,
@@ -58,7 +69,8 @@ EVAL_JUDGER = Action(
     "eval judger",
     JudgerEval,
     evaluate,
-    "Recall@k of the gold memories with the judger fused at alpha, retrieval alone, the judger alone, an alpha "
-    "sweep, and the judger's AUC. A rerun into the same folder reuses the pair scores already written.",
+    "Recall@k of the gold memories: retrieval alone, the judger alone and fused side by side, judger_gain@5, an "
+    "alpha sweep, and the judger's AUC, Brier score and ECE. A rerun into the same folder reuses the pair scores "
+    "already written.",
     refs=("judger", "data"),
 )

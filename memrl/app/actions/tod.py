@@ -129,13 +129,15 @@ def _check_inputs(cfg: TodEvalConfig) -> None:
         eval_individual_ids(cfg.split_from)
 
 
-def _setup(cfg: TodEvalConfig) -> dict[str, Any]:
+def _setup(cfg: TodEvalConfig, alpha_source: str) -> dict[str, Any]:
     """What the numbers were measured with, so metrics files compare on their own."""
     reader = "template" if cfg.reader == "template" else cfg.reader_model.model
     return {
         "judger": None if cfg.judger is None else str(cfg.judger),
         "retriever": cfg.retriever,
         "alpha": cfg.alpha,
+        "alpha_source": alpha_source,
+        "fusion": cfg.fusion,
         "top_k": cfg.top_k,
         "top_units": cfg.top_units,
         "reader": reader,
@@ -149,19 +151,53 @@ def _setup(cfg: TodEvalConfig) -> dict[str, Any]:
     }
 
 
+def _fusion_unsaved(out: Path, cfg: TodEvalConfig) -> set[str]:
+    """{"fusion"} when `out` holds a run saved before `fusion` existed that this one may resume: one without a
+    judger (nothing fused), or one fusing the way those runs did (`minmax`)."""
+    from memrl.core.files import read_json
+    from memrl.core.runfolder import CONFIG_FILE
+
+    saved = out / CONFIG_FILE
+    if not saved.is_file():
+        return set()
+    before = read_json(saved, ConfigError)
+    if not isinstance(before, dict) or "fusion" in before:
+        return set()
+    if cfg.judger is not None and cfg.fusion != "minmax":
+        raise ConfigError(
+            f"{out} holds a run fused the earlier way (min-max retrieval + raw probability): resume it with "
+            "--fusion minmax, or use another --out"
+        )
+    return {"fusion"}
+
+
 def evaluate_tod(cfg: TodEvalConfig, out: Path, console: Console) -> dict[str, Any]:
     from memrl.core.runfolder import claim
     from memrl.envs.tod.formats import LoadProblems
-    from memrl.envs.tod.metrics import compute_metrics
+    from memrl.envs.tod.metrics import RECALL_KS, compute_metrics
+    from memrl.envs.tod.ranking import side_by_side
+    from memrl.envs.tod.retrieval import resolve_alpha
     from memrl.envs.tod.runner import SESSIONS_FILE, run_tod
     from memrl.train.curves import RECALL_AT_K, recall_chart
+    from memrl.train.judger.evaluate import print_summary
 
     _check_inputs(cfg)
-    claim(out, cfg, may_change=RESUMABLE_CHANGES)
+    alpha, alpha_source = resolve_alpha(cfg.alpha, cfg.judger)
+    cfg = cfg.model_copy(update={"alpha": alpha})  # the run's config records the alpha it fused with
+    claim(out, cfg, may_change=RESUMABLE_CHANGES | _fusion_unsaved(out, cfg))
     problems = LoadProblems()
     run = run_tod(cfg, out, console, problems)
-    metrics = compute_metrics(run.records) | {"setup": _setup(cfg), "problems": problems.summary()}
+    metrics = compute_metrics(run.records) | {"setup": _setup(cfg, alpha_source), "problems": problems.summary()}
+    metrics["side_by_side"] = side_by_side(metrics, RECALL_KS)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    print_summary(metrics, RECALL_KS, console)
+    if missing := metrics.get("sessions_without_rankings"):
+        console.print(
+            f"{missing} judger-fused session record(s) lack the retrieval-alone and judger-alone rankings (written "
+            "before they were kept): those columns and the gain cover the other sessions",
+            style="yellow",
+            markup=False,
+        )
     chart = recall_chart(metrics, out / RECALL_AT_K, title=f"eval tod ({cfg.retriever})")
     console.print(f"wrote {out / SESSIONS_FILE}, {out / 'metrics.json'}" + (f", {chart.path}" if chart else ""))
     run.check("eval tod")  # sessions failed and none finished: fail, now that the metrics say so
