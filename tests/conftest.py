@@ -18,6 +18,7 @@ from typing import Protocol
 import pytest
 
 MEMRL_ARGV = (sys.executable, "-m", "memrl")
+FIXTURES = Path(__file__).parent / "fixtures"
 """The CLI as a subprocess: `python -m memrl` in this interpreter. Tests that must kill it `Popen` this argv."""
 
 
@@ -91,6 +92,29 @@ def smoke_run(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> Path
     result = run_memrl("run", "quickstart", "--smoke", f"output_dir={run}", cwd=run, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return run
+
+
+@pytest.fixture(scope="session")
+def mstod_judger_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Judger pairs of the generated MS-TOD fixture, two individuals held out."""
+    from memrl.data_gen.judger import build_judger_dataset
+
+    out = tmp_path_factory.mktemp("judger-data")
+    build_judger_dataset(FIXTURES / "mstod", out, 2, None, 0, None)
+    return out
+
+
+@pytest.fixture(scope="session")
+def mstod_judger(mstod_judger_data: Path, tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Path:
+    """The MiniLM cross-encoder after 2 steps on those pairs: untrained in effect, but a real judger folder the
+    scorer loads."""
+    from memrl.train.config import JudgerStage
+    from memrl.train.judger.trainer import train_judger
+    from memrl.train.trl_common import TrainContext
+
+    stage = JudgerStage(kind="judger", model="judger", max_steps=2, batch_size=8, micro_batch_size=8, max_length=128)
+    out = tmp_path_factory.mktemp("judger")
+    return train_judger(stage, "minilm", mstod_judger_data, TrainContext(out, "judger", 0, "none", "mstod-judger"))
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -34,25 +35,15 @@ def test_side_by_side_table() -> None:
 
 
 @pytest.fixture(scope="module")
-def judger_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from memrl.data_gen.judger import build_judger_dataset
-
-    out = tmp_path_factory.mktemp("judger-data")
-    build_judger_dataset(DATA, out, 2, None, 0, None)
-    return out
+def judger_data(mstod_judger_data: Path) -> Path:
+    return mstod_judger_data
 
 
 @pytest.fixture(scope="module")
-def judger(judger_data: Path, tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Path:
-    """The MiniLM cross-encoder after 2 steps, a real judger folder the scorer loads, with the fusion alpha 0.7 as if
-    chosen on its training split."""
-    from memrl.train.config import JudgerStage
-    from memrl.train.judger.trainer import train_judger
-    from memrl.train.trl_common import TrainContext
-
-    stage = JudgerStage(kind="judger", model="judger", max_steps=2, batch_size=8, micro_batch_size=8, max_length=128)
-    out = tmp_path_factory.mktemp("judger")
-    final = train_judger(stage, "minilm", judger_data, TrainContext(out, "judger", 0, "none", "judger-eval"))
+def judger(mstod_judger: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's 2-step MiniLM judger, copied, with the fusion alpha 0.7 as if chosen on its training split."""
+    final = tmp_path_factory.mktemp("judger-alpha") / "final"
+    shutil.copytree(mstod_judger, final)
     info = json.loads((final / "memrl_judger.json").read_text())
     (final / "memrl_judger.json").write_text(json.dumps(info | {"alpha": 0.7}))
     return final

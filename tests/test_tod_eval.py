@@ -47,25 +47,14 @@ def _check_ranges(metrics: dict[str, Any], max_turns: int) -> None:
         assert metrics[f"pair_recall@{k}"] <= metrics[f"ceiling_pair_recall@{k}"]
 
 
-@pytest.fixture(scope="module")
-def judger_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from memrl.data_gen.judger import build_judger_dataset
-
-    out = tmp_path_factory.mktemp("judger-data")
-    build_judger_dataset(DATA, out, 2, None, 0, None)
-    return out
+@pytest.fixture
+def judger(mstod_judger: Path) -> Path:
+    return mstod_judger
 
 
-@pytest.fixture(scope="module")
-def judger(judger_data: Path, tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Path:
-    """The MiniLM cross-encoder after 2 steps: untrained in effect, but a real judger folder the scorer loads."""
-    from memrl.train.config import JudgerStage
-    from memrl.train.judger.trainer import train_judger
-    from memrl.train.trl_common import TrainContext
-
-    stage = JudgerStage(kind="judger", model="judger", max_steps=2, batch_size=8, micro_batch_size=8, max_length=128)
-    out = tmp_path_factory.mktemp("judger")
-    return train_judger(stage, "minilm", judger_data, TrainContext(out, "judger", 0, "none", "tod-eval"))
+@pytest.fixture
+def judger_data(mstod_judger_data: Path) -> Path:
+    return mstod_judger_data
 
 
 @pytest.mark.slow

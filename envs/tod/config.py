@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveInt
 
@@ -12,6 +12,21 @@ from memrl.envs.tod.retrieval import Fusion
 from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
 
 DEFAULT_CHAT_MODEL = HFModelConfig(backend="hf", model="smollm2")
+
+
+FusionAlpha = Annotated[
+    float | None,
+    Field(
+        ge=0.0,
+        le=1.0,
+        description="fused = alpha * retrieval + (1 - alpha) * judger, both per-query scaled; default: the alpha the "
+        "judger chose on its training split, else 0.5",
+    ),
+]
+FusionScale = Annotated[
+    Fusion, Field(description="per-query scale of both scores before fusing: rank | zscore | minmax (earlier)")
+]
+"""The fusion settings `eval tod` and `eval judger` share."""
 
 
 class TodSampling(StrictModel):
@@ -38,16 +53,8 @@ class TodEvalConfig(StrictModel):
     retriever: Literal["dense", "bm25", "hybrid"] = Field(
         default="dense", description="dense (MiniLM) | bm25 | hybrid retrieval over the memory QA pairs"
     )
-    alpha: float | None = Field(
-        default=None,
-        ge=0.0,
-        le=1.0,
-        description="weight of the retrieval score in the fusion; default: the alpha the judger chose on its training "
-        "split, else 0.5",
-    )
-    fusion: Fusion = Field(
-        default="rank", description="per-query scale of both scores before fusing: rank | zscore | minmax (earlier)"
-    )
+    alpha: FusionAlpha = None
+    fusion: FusionScale = "rank"
     top_k: PositiveInt = Field(default=5, description="QA pairs the reader gets")
     top_units: PositiveInt | None = Field(default=3, description="memory units kept by intent alignment; None: all")
     reader: Literal["template", "llm"] = Field(

@@ -11,7 +11,7 @@ from rich.console import Console
 from memrl.app.actions import Action
 from memrl.core.errors import ConfigError
 from memrl.core.schema import StrictModel
-from memrl.envs.tod.retrieval import Fusion
+from memrl.envs.tod.config import FusionAlpha, FusionScale
 
 
 class JudgerEval(StrictModel):
@@ -25,16 +25,8 @@ class JudgerEval(StrictModel):
     )
     retriever: Literal["dense", "bm25", "hybrid"] = Field(default="dense", description="dense | bm25 | hybrid")
     top_units: PositiveInt | None = Field(default=3, description="memory units kept by intent alignment; None: all")
-    alpha: float | None = Field(
-        default=None,
-        ge=0,
-        le=1,
-        description="fused = alpha * retrieval + (1 - alpha) * judger, per-query scaled; default: the alpha the judger "
-        "chose on its training split, else 0.5",
-    )
-    fusion: Fusion = Field(
-        default="rank", description="per-query scale of both scores before fusing: rank | zscore | minmax (earlier)"
-    )
+    alpha: FusionAlpha = None
+    fusion: FusionScale = "rank"
     alphas: list[Annotated[float, Field(ge=0, le=1)]] = Field(
         default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0], description="the alpha sweep (any grid)"
     )
