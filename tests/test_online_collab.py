@@ -240,6 +240,14 @@ def test_collaborator_quickstart_smoke_trains_and_logs_every_part(memrl_cli: Any
         assert played
         for part in ("task_success", "user_effort", "length"):  # what TRL logged is what the users lived
             assert row[f"rewards/{part}/mean"] == pytest.approx(fmean(outcome_parts(r)[part] for r in played))
+    # collab_heldout: base and trained played the same held-out sessions greedily, paired into report.json
+    heldout = json.loads((tmp_path / "report.json").read_text())["heldout"]
+    assert {"n", "unpaired", "base", "trained", "delta", "ci95"} <= set(heldout)
+    assert (heldout["n"], heldout["unpaired"]) == (2, 0)
+    for side in ("base", "trained", "delta", "ci95"):
+        assert set(heldout[side]) == {"preference", "task_success", "user_effort", "length"}
+    assert heldout["models"]["trained"] == str(tmp_path / "export")
+    assert (tmp_path / "heldout.png").is_file()
 
 
 def test_dr_grpo_normaliser_is_the_same_on_trl_and_verl(tiny_qwen2: str, tmp_path: Path) -> None:

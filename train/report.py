@@ -8,9 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from memrl.core.errors import MemrlError
+from memrl.core.files import read_json
 from memrl.train import verl_metrics
 from memrl.train.curves import TRAIN_REWARD, Panel, Points, draw, eval_reward
 from memrl.train.verl_metrics import METRICS_FILE
+
+REPORT_FILE = "report.json"
 
 
 def reward_curve(logs: dict[str, Path], out: Path) -> Path | None:
@@ -75,8 +79,16 @@ def write_report(
     }
     if outcome_agreement is not None:
         report["outcome_agreement"] = outcome_agreement
-    path = run_dir / "report.json"
-    path.write_text(json.dumps(report, indent=2))
+    return merge_report(run_dir, report)
+
+
+def merge_report(run_dir: Path, sections: dict[str, Any]) -> Path:
+    """Write `sections` into the run's `report.json`, keeping the keys other stages wrote there."""
+    path = run_dir / REPORT_FILE
+    report = read_json(path, MemrlError) if path.is_file() else {}
+    if not isinstance(report, dict):
+        raise MemrlError(f"{path}: not a JSON object; delete it and rerun the stages that write it")
+    path.write_text(json.dumps(report | sections, indent=2))
     return path
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union
 
 from pydantic import Field
 
-from memrl.app.stages import actions, collab_rl, generate, judger, pull_models, reflection, training
+from memrl.app.stages import actions, collab_rl, generate, heldout, judger, pull_models, reflection, training
 from memrl.app.stages.base import StageKind
 
 KINDS: dict[str, StageKind[Any]] = {
@@ -19,6 +19,7 @@ KINDS: dict[str, StageKind[Any]] = {
         training.GRPO,
         collab_rl.COLLAB_GRPO,
         reflection.EXPORT,
+        heldout.COLLAB_HELDOUT,
         reflection.EVAL_REFLECTOR,
         judger.JUDGER,
         actions.EVAL_JUDGER,
