@@ -210,6 +210,7 @@ _START_CUE = re.compile(
     r"|depart(?:ing|ure|s)?|leav(?:e|ing)|begin(?:ning|s)?|arriv(?:e|ing|al))\b",
     re.IGNORECASE,
 )
+_VERBS = {"end": _END_CUE, "start": _START_CUE}
 # A leg named as a noun outranks the verb near the date: "the return flight should depart at 3 pm" is the return.
 _LEG = {
     "end": re.compile(r"\b(?:inbound|return\s+(?:flight|trip|leg)|way\s+back)\b", re.IGNORECASE),
@@ -224,9 +225,6 @@ _CLAUSE = re.compile(r"[.;!?,]|\b(?:and|but)\b", re.IGNORECASE)
 
 def _cues(text: str, patterns: Mapping[str, re.Pattern[str]]) -> list[tuple[int, Phase]]:
     return sorted((m.start(), phase) for phase, cue in patterns.items() for m in cue.finditer(text))  # type: ignore[misc]
-
-
-_VERBS = {"end": _END_CUE, "start": _START_CUE}
 
 
 def _clock_kind(slot: SlotSpec) -> Literal["date", "time"] | None:

@@ -106,9 +106,11 @@ def auc(labels: Sequence[int], scores: Sequence[float]) -> float:
 
 def brier(labels: Sequence[int], probs: Sequence[float]) -> float:
     """Mean squared gap between P(relevant) and the label; NaN without pairs."""
+    from sklearn.metrics import brier_score_loss
+
     if not labels:
         return math.nan
-    return sum((p - y) ** 2 for y, p in zip(labels, probs, strict=True)) / len(labels)
+    return float(brier_score_loss(list(labels), list(probs), pos_label=1))
 
 
 def ece(labels: Sequence[int], probs: Sequence[float], bins: int = 10) -> float:

@@ -40,7 +40,7 @@ from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, resolve_a
 from memrl.rollout.judger.inputs import JudgerInput
 from memrl.rollout.judger.scorer import JUDGER_FILE
 from memrl.train.curves import RECALL_AT_K, ROC_PR, recall_chart, roc_pr_chart
-from memrl.train.judger.data import read_pairs
+from memrl.train.judger.data import by_query, read_pairs
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 KS = (1, 3, 5)
@@ -107,9 +107,7 @@ def evaluate_judger(
     out.mkdir(parents=True, exist_ok=True)
     judged = score_pairs(judger, rows, out, batch_size, console) if judger is not None else None
 
-    queries: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        queries.setdefault(str(row["query_id"]), []).append(row)
+    queries = by_query(rows)
     sweep: list[float] = sorted({*alphas, alpha})
     # Ranking name -> one RankedQuery per query: retrieval alone, the judger alone, fused at each alpha of the sweep.
     names: list[str | float] = ["retrieval", "judger", *sweep]

@@ -219,9 +219,11 @@ def _stamp(model: str) -> dict[str, Any]:
     """Which weights a policy had: its folder and when its weights were last written (a retrain into the same
     export folder keeps the path and changes the time)."""
     folder = Path(model)
-    files = [f for f in folder.glob("*.safetensors")] + [f for f in folder.glob("*.bin")] if folder.is_dir() else []
-    return {"model": str(folder.resolve()) if folder.exists() else model,
-            "written": max((f.stat().st_mtime_ns for f in files), default=None)}  # fmt: skip
+    weights = [*folder.glob("*.safetensors"), *folder.glob("*.bin")] if folder.is_dir() else []
+    return {
+        "model": str(folder.resolve()) if folder.exists() else model,
+        "written": max((f.stat().st_mtime_ns for f in weights), default=None),
+    }
 
 
 def forget_if_retrained(out: Path, model: str, console: Console, name: str) -> None:
