@@ -26,6 +26,7 @@ HERE = Path(__file__).parent
 # benchmark -> extra arguments (full, quick)
 BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "collab_overhead": ([], ["--users", "8", "--sessions", "2"]),
+    "collab_grpo_step": ([], ["--steps", "2", "--users", "2", "--max-turn-tokens", "16"]),
     "judge_throughput": ([], ["--samples", "32"]),
     "judger_scoring": ([], ["--pairs", "32", "--repeats", "2"]),
     "pahf_memory": ([], ["--quick"]),
@@ -60,6 +61,42 @@ def _collab_rows(r: dict[str, Any]) -> list[Row]:
             f"scripted zero-latency env: {r['scripted_zero_latency']['turns_per_second']:.0f} simulated turns/s",
         )
     )
+    return rows
+
+
+def _collab_grpo_rows(r: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    if "grpo" in r:
+        g, mine, trl = r["grpo"], r["grpo"]["memrl"], r["grpo"]["trl"]
+        same = (
+            f"{int(mine['sequences'])} sequences of {mine['prompt_tokens'] / mine['sequences']:.0f} prompt tokens, "
+            f"{r['model']}, LoRA"
+        )
+        rows += [
+            (
+                "collab GRPO step (TRL + memrl `rollout_func`)",
+                f"s/step, memrl's multi-turn collab episodes / TRL's own single-turn GRPO on the same prompts, "
+                f"completions forced to memrl's mean length ({same})",
+                f"{g['step_over_trl']:.2f}",
+                f"{mine['seconds_per_step']:.2f} vs {trl['seconds_per_step']:.2f} s/step; generate "
+                f"{mine['generate_seconds']:.2f} vs {trl['generate_seconds']:.2f} s ({int(mine['generate_calls'])} "
+                f"calls vs 1), forward+backward+optimizer {mine['train_seconds']:.2f} vs {trl['train_seconds']:.2f} s, "
+                f"env and Player {mine['rollout_beyond_generate_seconds']:.2f} s",
+            )
+        ]
+    if "heldout" in r:
+        h = r["heldout"]
+        rows.append(
+            (
+                "collab held-out session (`collab_heldout` path, hf backend, greedy)",
+                f"s/session, `run_collab` over {h['sessions']} sessions / bare `generate` of the same replies "
+                f"(batched per round, {h['bare_generate']['dtype']})",
+                f"{h['sessions_over_bare']:.2f}",
+                f"{h['sessions_seconds_per_session']:.2f} vs {h['bare_seconds_per_session']:.2f} s/session, "
+                f"sessions alone; with server and Ray start-up {h['seconds_per_session']:.2f} s/session "
+                f"({h['wall_over_bare']:.0f}x)",
+            )
+        )
     return rows
 
 
@@ -152,6 +189,7 @@ def _rollout_rows(r: dict[str, Any]) -> list[Row]:
 
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "collab_overhead": _collab_rows,
+    "collab_grpo_step": _collab_grpo_rows,
     "judge_throughput": _judge_rows,
     "judger_scoring": _judger_rows,
     "pahf_memory": _pahf_rows,

@@ -4,7 +4,8 @@
     user_effort   minus the user's enforcing turns (the paper's user effort: turns spent asking the agent to follow
                   a preference instead of working on the problem)
     preference    the share of the user's preferences the programmatic checkers found met, averaged over the agent's
-                  replies the user reacted to (None when the user reacted to none: TRL then sums the other parts);
+                  replies the user reacted to, said or cut off by the turn limit (None when there is none: TRL then
+                  sums the other parts);
                   graded per preference, so a reply that breaks one preference beats one that breaks two, and a
                   group whose every reply breaks something still has a signal
     length        minus the conversation's messages, both sides
@@ -13,7 +14,8 @@ Each part reads the episode record (`CollabEpisode.record()`) that the rollout f
 `episode`; weights come from the recipe (`OutcomeWeights`). An episode the rollout could not finish (a user
 simulator failure, the token budget) has no record: every function returns None for it, which TRL 1.16 treats as
 unscorable (advantage 0, left out of its group's mean and std). `task_success` also logs how many episodes of the
-batch ended each way (`episode/<status>`), so failures are counted where the rewards are.
+batch ended each way (`episode/<status>`), so failures are counted where the rewards are, and the share of replies
+cut at the reply budget (`episode/replies_cut`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from memrl.core.schema import StrictModel
 
 PARTS = ("task_success", "user_effort", "preference", "length")
 STATUSES = ("done", "failed", "over_budget")  # how a rollout's episode ended (the `episode_status` extra field)
+REPLIES_CUT = "replies_cut"  # the extra field with the share of an episode's replies cut at the reply budget
 
 RewardFunc = Callable[..., list[float | None]]
 Record = Mapping[str, Any]
@@ -46,8 +49,11 @@ class OutcomeWeights(StrictModel):
 
 def preference_share(record: Record) -> float | None:
     """Per reply the user reacted to, the share of its preferences that no checker found violated; their mean (a
-    clarifying question, which no answer-format preference applies to, meets them all)."""
+    clarifying question, which no answer-format preference applies to, meets them all). The reaction to a last reply
+    that time cut off counts too (`unsaid_reaction`): the reply was made, and the policy is trained on it."""
     reactions = [t for t in record["turns"] if t["role"] == "user" and "checker_violated" in t]
+    if (unsaid := record.get("unsaid_reaction")) is not None:
+        reactions.append(unsaid)
     if not reactions:
         return None
     held = max(len(record["preferences"]), 1)
@@ -69,6 +75,8 @@ def _part(name: str) -> RewardFunc:
             statuses = kwargs.get("episode_status") or []
             for status in STATUSES:
                 log_metric(f"episode/{status}", float(sum(s == status for s in statuses)))
+            if cut := [float(c) for c in kwargs.get(REPLIES_CUT) or [] if c is not None]:
+                log_metric(f"episode/{REPLIES_CUT}", sum(cut) / len(cut))
         return [None if record is None else outcome_parts(record)[name] for record in episode]
 
     reward.__name__ = name  # TRL logs each function as rewards/<__name__>/mean

@@ -9,6 +9,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model
 
 from memrl.core import models
 from memrl.core.schema import StrictModel
+from memrl.rewards.format import ReplyFormat
 from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
 
 
@@ -65,6 +66,9 @@ class OutcomeRewardConfig(StrictModel):
     )
     sampling: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=96, seed=0)
     max_turns: PositiveInt = Field(default=2, description="agent replies per next session")
+    reply: ReplyFormat = Field(
+        default="json", description="the agent's reply format: json | text (a policy trained with reply: text)"
+    )
     problems: Path | None = Field(default=None, description="problem file of the rows' task; default: shipped/hub")
     seed: int = Field(default=0, description="seed of the next problem drawn per row and of the rule user")
     judge: ModelConfig | None = Field(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from memrl.rollout.json_output import (
     MAX_DEPTH,
@@ -34,6 +34,8 @@ from memrl.rollout.json_output import (
 )
 
 REFLECTION_KEYS = ("user_preferences_reasoning", "agent_notes")  # what a reflection is a JSON object of
+# How a collab agent writes its reply (envs/collab/prompts.py): the agent's JSON contract, or the message alone.
+ReplyFormat = Literal["json", "text"]
 REASONING_KEY, NOTES_KEY = REFLECTION_KEYS
 
 EXACT, WRAPPED, REPAIRED, NOTES_ONLY, UNUSABLE = 1.0, 0.75, 0.5, 0.25, 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,11 +12,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "offline")
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
+
+if TYPE_CHECKING:
+    from memrl.envs.collab.next_session import NextSessionRow
 
 MEMRL_ARGV = (sys.executable, "-m", "memrl")
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -259,3 +263,22 @@ def shared_ray(ray_head: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dic
     for key, value in ray_head.items():
         monkeypatch.setenv(key, value)
     return ray_head
+
+
+class ReflectionRows(Protocol):
+    def __call__(self, rows: Sequence[NextSessionRow]) -> Path: ...
+
+
+@pytest.fixture
+def reflection_rows(tmp_path: Path) -> ReflectionRows:
+    """Writes next-session rows as a reflection_data folder's `eval.jsonl` (what the outcome reward reads them from)."""
+
+    def write(rows: Sequence[NextSessionRow]) -> Path:
+        data = tmp_path / "data"
+        data.mkdir(exist_ok=True)
+        fields = ("key", "user_id", "task", "problem_id", "session")
+        lines = [{f: getattr(r, f) for f in fields} | {"preferences": list(r.preferences)} for r in rows]
+        (data / "eval.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        return data
+
+    return write

@@ -60,6 +60,9 @@ def test_check_prints_one_verdict(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
         (["eval", "collab", "--task", "mathh", "--out", "o"], "unknown task"),
         (["eval", "collab", "--agent", "memroy", "--out", "o"], "agent"),
         (["eval", "collab", "--simulator", "human", "--out", "o"], "simulator"),
+        (["eval", "collab", "--reply", "yaml", "--out", "o"], "reply"),
+        (["eval", "collab", *[f"--preferences={p}" for p in ("polite", "blunt", "direct")], "--out", "o"], "span 2"),
+        (["eval", "collab", *[f"--preferences={p}" for p in ("polit", "direct", "bullets")], "--out", "o"], "polite"),
     ],
 )
 def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:

@@ -99,10 +99,12 @@ def test_the_heldout_sessions_are_the_eval_side_of_the_training_split_played_as_
     cfg = heldout_config(stage, training)
     assert (cfg.split, cfg.agent.value, cfg.max_turns, cfg.simulator) == ("eval", "oracle", 2, "rule")
     assert (cfg.sampling.agent.temperature, cfg.sampling.agent.max_tokens) == (0.0, training.max_turn_tokens)
-    assert (cfg.users, cfg.sessions) == (8, 1)
+    assert (cfg.users, cfg.sessions) == (stage.users, stage.sessions)
+    assert (cfg.reply, cfg.preferences) == ("text", training.env.preferences)  # prompted and drawn as in training
     trained_on = [json.loads(row) for row in episode_rows(training.env)]
     users, problems = select_profiles(cfg), select_problems(cfg)
-    assert len(users) == 8
+    assert len(users) == stage.users
+    assert all(set(u.preferences) <= set(training.env.preferences or ()) for u in users)
     assert not {u.id for u in users} & {r["profile"]["id"] for r in trained_on}
     assert not {p.id for p in problems} & {r["problem"]["id"] for r in trained_on}
     assert not {p.question for p in problems} & {r["problem"]["question"] for r in trained_on}

@@ -13,6 +13,7 @@ from memrl.envs.collab.profiles import (
     UserProfile,
     check_disjoint,
     load_profiles,
+    profiles_for,
     sample_profiles,
     save_profiles,
     split_profiles,
@@ -86,3 +87,30 @@ def test_round_trip_and_bad_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="user profile 0: unknown preference 'x'") as info:
         load_profiles(tmp_path / "bad-pref.json")
     assert "\n" not in str(info.value)
+
+
+def test_users_can_be_drawn_from_a_subset_of_preferences(tmp_path: Path) -> None:
+    chosen = ["analytic", "polite", "proactive", "examples", "bullets"]
+    train = profiles_for(None, "train", users=40, seed=0, preferences=chosen)
+    held_out = profiles_for(None, "eval", users=40, seed=0, preferences=chosen)
+    assert all(set(u.preferences) <= set(chosen) for u in train + held_out)
+    assert not {u.id for u in train} & {u.id for u in held_out}
+    assert {p for u in train for p in u.preferences} == set(chosen)
+    with pytest.raises(ConfigError, match="span 2 categories"):
+        sample_profiles(5, 0, preferences=["polite", "blunt", "analytic"])  # two categories only
+    with pytest.raises(ConfigError, match="politee"):
+        sample_profiles(5, 0, preferences=["politee", "analytic", "proactive"])
+    # Only so many distinct users exist (1 preference triple x 2 personas): the pool stops there, never spins.
+    assert len(sample_profiles(50, 0, personas=["a", "b"], preferences=["polite", "analytic", "proactive"])) == 2
+    # A profiles file keeps the users holding nothing else.
+    users = [
+        UserProfile("in-1", "a nurse", ("polite", "analytic", "proactive")),
+        UserProfile("out-1", "a pilot", ("blunt", "analytic", "proactive")),
+        UserProfile("in-2", "a baker", ("polite", "analytic", "examples")),
+        UserProfile("in-3", "a judge", ("bullets", "analytic", "proactive")),
+    ]
+    save_profiles(users, path := tmp_path / "users.jsonl")
+    kept = profiles_for(path, "train", users=1, seed=0, preferences=chosen) + profiles_for(
+        path, "eval", users=1, seed=0, preferences=chosen
+    )
+    assert {u.id for u in kept} <= {"in-1", "in-2", "in-3"} and len(kept) == 2

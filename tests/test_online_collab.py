@@ -18,9 +18,9 @@ import pytest
 
 from memrl.core.errors import BackendError
 from memrl.envs.collab.grading import Grader
-from memrl.envs.collab.problems import Problem
+from memrl.envs.collab.problems import AnswerKind, Problem
 from memrl.envs.collab.profiles import UserProfile
-from memrl.envs.collab.rl import CollabEpisodes, CollabRLConfig, episode_rows, read_reply
+from memrl.envs.collab.rl import CollabEpisodes, CollabRLConfig, episode_rows, policy_view, read_reply
 from memrl.envs.collab.runner import select_profiles
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession, UserSimulator, UserTurn
 from memrl.rewards.collab_outcome import PARTS, outcome_parts, preference_share, reward_funcs
@@ -149,6 +149,9 @@ def test_the_masked_tokens_are_exactly_the_user_turns(trainer: Any) -> None:
             assert text == f"{cut}\n<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
         user_turns_seen += len(said)
     assert user_turns_seen > 0  # the rule user answered in every episode, so there was something to mask
+    # Every reply the random tiny policy writes runs to its budget: each one counts as cut (TRL's own clipped_ratio
+    # sees only an episode's last token).
+    assert out["replies_cut"] == [1.0] * 4
 
 
 def test_each_reward_part_reaches_the_trainer_and_a_failed_user_excludes_its_sample(trainer: Any) -> None:
@@ -170,6 +173,7 @@ def test_each_reward_part_reaches_the_trainer_and_a_failed_user_excludes_its_sam
     for part in PARTS:
         assert f"rewards/{part}/mean" in metrics, part  # TRL logged every part under its own name
     assert metrics["episode/failed"] == [2.0] and metrics["episode/done"] == [2.0]  # counted, not hidden
+    assert 0.0 <= metrics["episode/replies_cut"][0] <= 1.0
     logged = {part: list(values)[-4:] for part, values in trainer._logs["rewards"].items()}  # this batch's rows
     failed_rows = [i for i, value in enumerate(logged["task_success"]) if value != value]  # NaN: a None reward
     assert failed_rows == [1, 3]  # the second session of each pair failed mid-episode
@@ -213,6 +217,45 @@ def test_the_agent_reply_is_read_as_the_collab_agent_reads_it() -> None:
         {"parse_failed": False},
     )
     assert read_reply("  12, I think ") == ("12, I think", {"parse_failed": True})
+
+
+def test_a_text_reply_is_read_as_it_is_and_its_prompt_asks_for_no_json() -> None:
+    assert read_reply("  12, I think ", "text") == ("12, I think", {"parse_failed": False})
+    text_env = ENV.model_copy(update={"reply": "text"})
+    row = json.loads(episode_rows(text_env)[0])
+    system = policy_view(json.dumps(row), REPLY_TOKENS).context[0]["content"]
+    assert row["reply"] == "text" and "JSON" not in system and f"under {REPLY_TOKENS} tokens" in system
+    view = policy_view(episode_rows(ENV)[0], REPLY_TOKENS)
+    assert '"response"' in view.context[0]["content"]  # the default stays the agent's JSON contract
+    assert view.read_reply('{"response": "12"}') == ("12", {"parse_failed": False})
+    del row["reply"]  # a row written before reply formats: JSON, as it was trained
+    assert policy_view(json.dumps(row), REPLY_TOKENS).read_reply("12") == ("12", {"parse_failed": True})
+
+
+def test_the_reply_that_time_cuts_off_still_gets_its_verdict() -> None:
+    """The last reply of a session that runs out of turns is trained on: the user's unsaid reaction is kept."""
+    import asyncio
+
+    from memrl.envs.collab.session import CollabEpisode, SessionSpec
+
+    user = UserProfile("u", "a student", ("blunt", "proactive", "analytic"))
+    problem = Problem("p", "arith", "What is 3 + 4?", "7", AnswerKind.MATH)
+    grader = Grader()
+
+    async def play(reply: str) -> dict[str, Any]:
+        episode = CollabEpisode(SessionSpec(user, problem, 0), RuleUserSimulator(grader), grader, max_turns=1)
+        await episode.reset()
+        step = await episode.step(reply)
+        assert step.done
+        return episode.record()
+
+    cut = asyncio.run(play("Thank you so much for asking, it is a pleasure! I think it might be 6."))
+    unsaid = cut["unsaid_reaction"]
+    assert cut["ended_by"] == "max_turns" and "blunt" in unsaid["checker_violated"] and unsaid["enforce"]
+    assert cut["user_effort"] == 0 and cut["turns"][-1]["role"] == "assistant"  # never said: no effort, no turn
+    assert preference_share(cut) == pytest.approx(1 - len(unsaid["checker_violated"]) / 3)
+    solved = asyncio.run(play("Since 3 + 4 adds four to three, the answer is 7. Next, you could try 3 + 5."))
+    assert solved["unsaid_reaction"] is None and solved["ended_by"] == "user"  # the user said its reaction
 
 
 def test_rows_are_train_users_with_their_oracle_notes() -> None:

@@ -16,6 +16,7 @@ from statistics import fmean
 from typing import Any
 
 import pytest
+from conftest import ReflectionRows
 
 from memrl.core.preferences import TAXONOMY, get_preference
 from memrl.data_gen.gold import compose_notes
@@ -28,7 +29,7 @@ from memrl.envs.collab.scripted_agent import NoteFollowingAgent, compose_reply, 
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession
 from memrl.rewards.config import OutcomeRewardConfig, RewardConfig
 from memrl.rollout.base import Message
-from memrl.train.outcome_reward import grpo_rewards, outcome_agreement, spearman
+from memrl.train.outcome_reward import grpo_rewards, outcome_report, spearman
 from memrl.train.report import write_report
 
 PROFILES = sample_profiles(16, seed=7)
@@ -146,20 +147,8 @@ def test_trl_adapter_is_async_and_gives_one_value_per_completion() -> None:
     assert plain == [0.0]  # no JSON contract: the agent would store no notes
 
 
-def _dataset(tmp_path: Path, rows: Sequence[NextSessionRow]) -> Path:
-    data = tmp_path / "data"
-    data.mkdir()
-    lines = [
-        {"key": r.key, "user_id": r.user_id, "preferences": list(r.preferences), "task": r.task,
-         "problem_id": r.problem_id, "session": r.session}
-        for r in rows
-    ]  # fmt: skip
-    (data / "eval.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return data
-
-
-def test_grpo_rewards_mix_the_outcome_in_with_its_weight(tmp_path: Path) -> None:
-    data = _dataset(tmp_path, ROWS[:2])
+def test_grpo_rewards_mix_the_outcome_in_with_its_weight(tmp_path: Path, reflection_rows: ReflectionRows) -> None:
+    data = reflection_rows(ROWS[:2])
     plain_funcs, plain_weights = grpo_rewards(RewardConfig(), data)
     assert [f.__name__ for f in plain_funcs] == ["coverage", "format"] and plain_weights == [1.0, 1.0]
     cfg = RewardConfig(outcome=OutcomeRewardConfig(weight=0.5, agent={"backend": "hf", "model": "tiny-qwen2"}))
@@ -175,9 +164,9 @@ def test_spearman() -> None:
     assert spearman([1, 2], [1, 2]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
 
 
-def test_agreement_with_the_judge_goes_into_the_report(tmp_path: Path) -> None:
+def test_agreement_with_the_judge_goes_into_the_report(tmp_path: Path, reflection_rows: ReflectionRows) -> None:
     rows = ROWS[:6]
-    data = _dataset(tmp_path, rows)
+    data = reflection_rows(rows)
     eval_dir = tmp_path / "eval"
     # Coverage as a judge would grade: faithful notes 1, half of them 0.5, none 0.
     kinds = [("faithful", 1.0), ("half", 0.5), ("empty", 0.0)]
@@ -189,19 +178,20 @@ def test_agreement_with_the_judge_goes_into_the_report(tmp_path: Path) -> None:
             prefs = {"faithful": row.preferences, "half": row.preferences[:1], "empty": ()}[kind]
             lines.append({"key": row.key, "completion": reflection(compose_notes(prefs)), "coverage": coverage})
         (eval_dir / label / "scores.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    agreement = outcome_agreement(OutcomeRewardConfig(), data, eval_dir, ["base", "grpo"], scorer=scorer())
+    outcome = outcome_report(OutcomeRewardConfig(), data, eval_dir, ["base", "grpo"], scorer=scorer())
+    agreement = outcome["outcome_agreement"]
     print(f"agreement with the coverage judge (scripted agent): {agreement}")
-    assert agreement["n"] == 12 and agreement["outcome_failures"] == 0
+    assert agreement["n"] == 12 and outcome["failures"] == 0
     assert agreement["spearman_outcome_vs_coverage"] > 0.5
     assert len((eval_dir / "base" / "outcome_scores.jsonl").read_text().splitlines()) == 6
-    report = json.loads(write_report(tmp_path, {"base": {"score": 1.0}}, None, {}, agreement).read_text())
-    assert report["outcome_agreement"]["spearman_outcome_vs_coverage"] == agreement["spearman_outcome_vs_coverage"]
+    report = json.loads(write_report(tmp_path, {"base": {"score": 1.0}}, None, {}, outcome).read_text())
+    assert report["outcome"]["outcome_agreement"] == agreement
 
 
-def test_verl_adapter_returns_score_and_parts(tmp_path: Path, tiny_qwen2: str) -> None:
+def test_verl_adapter_returns_score_and_parts(tmp_path: Path, reflection_rows: ReflectionRows, tiny_qwen2: str) -> None:
     from memrl.envs.collab.outcome_verl import compute_score, compute_score_async
 
-    data = _dataset(tmp_path, ROWS[:2])
+    data = reflection_rows(ROWS[:2])
     outcome = OutcomeRewardConfig(
         weight=0.5, agent={"backend": "hf", "model": tiny_qwen2}, sampling={"max_tokens": 8}, data=str(data)
     )
@@ -220,14 +210,16 @@ def test_verl_adapter_returns_score_and_parts(tmp_path: Path, tiny_qwen2: str) -
     assert [type(o["score"]) for o in asyncio.run(both())] == [float, float]
 
 
-def test_a_verl_stage_scores_with_the_outcome_reward_its_overrides_name(tmp_path: Path, tiny_qwen2: str) -> None:
+def test_a_verl_stage_scores_with_the_outcome_reward_its_overrides_name(
+    tmp_path: Path, reflection_rows: ReflectionRows, tiny_qwen2: str
+) -> None:
     """verl's own config, composed from the stage's overrides, names the outcome adapter; the reward kwargs it holds
     (API keys left out, the stage's data folder filled in) score a verl row, keys back from the job's environment."""
     from memrl.train import verl_launch
     from memrl.train.config import GRPOStage
     from memrl.train.verl_command import secret_env
 
-    data = _dataset(tmp_path, ROWS[:2])
+    data = reflection_rows(ROWS[:2])
     agent = {"backend": "openai", "model": "m", "endpoint": "http://127.0.0.1:9/v1", "api_key": "sk-outcome-secret"}
     outcome = OutcomeRewardConfig(weight=0.5, agent=agent, sampling={"max_tokens": 8})
     stage = GRPOStage(kind="grpo", trainer="verl", model="policy", data="data", reward=RewardConfig(outcome=outcome))

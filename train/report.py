@@ -58,11 +58,10 @@ def write_report(
     results: dict[str, dict[str, Any]],
     online: dict[str, Any] | None,
     trl_logs: dict[str, Path],
-    outcome_agreement: dict[str, Any] | None = None,
+    outcome: dict[str, Any] | None = None,
 ) -> Path:
     """`report.json`: per model label its held-out metrics, and each label's score gain over the one before; with
-    `outcome_agreement` (train/outcome_reward.py), the next-session outcome reward's rank correlation with the
-    coverage judge on the held-out reflections."""
+    `outcome` (train/outcome_reward.py::outcome_report), the next-session evaluation of the held-out notes."""
     labels = list(results)
     gains = {
         f"{after}_minus_{before}": _diff(results[after].get("score"), results[before].get("score"))
@@ -77,8 +76,8 @@ def write_report(
         "online": online,
         "reward_curve": str(curve) if curve else None,
     }
-    if outcome_agreement is not None:
-        report["outcome_agreement"] = outcome_agreement
+    if outcome is not None:
+        report["outcome"] = outcome
     return merge_report(run_dir, report)
 
 

@@ -16,6 +16,7 @@ from memrl.core.preferences import as_prompt_text, get_preference
 from memrl.envs.collab.profiles import UserProfile
 from memrl.envs.collab.prompts import (
     AGENT_KEYS,
+    ReplyFormat,
     agent_messages,
     reflection_messages,
     render_conversation,
@@ -32,9 +33,11 @@ def _is_text(value: object) -> bool:
     return isinstance(value, str | list | dict)
 
 
-def read_agent_reply(raw: str) -> tuple[str, bool]:
+def read_agent_reply(raw: str, reply: ReplyFormat = "json") -> tuple[str, bool]:
     """(what the user reads, whether the agent's JSON was unusable): its `response`, else the raw text, counted (a
-    run never stops on one bad reply)."""
+    run never stops on one bad reply). A plain-text reply is read as it is."""
+    if reply == "text":
+        return raw.strip(), False
     parsed = parse_json_object(raw, required=AGENT_KEYS[-1:])
     value = None if isinstance(parsed, JSONParseFailure) else parsed.data["response"]
     response = field_text(value).strip() if _is_text(value) else ""
@@ -97,8 +100,13 @@ class Reflector:
         return Reflection(updated, field_text(data.get("user_preferences_reasoning")), raw)
 
 
+def oracle_notes(preferences: Sequence[str]) -> str:
+    """What an agent that knows the user is told: each preference as the user would state it, one line each."""
+    return "\n".join(f"- {as_prompt_text(get_preference(p))}" for p in preferences)
+
+
 def _oracle(profile: UserProfile, memory: AgentMemory) -> str:
-    return "\n".join(f"- {as_prompt_text(get_preference(p))}" for p in profile.preferences)
+    return oracle_notes(profile.preferences)
 
 
 def _transcripts(last: int | None) -> Callable[[UserProfile, AgentMemory], str]:
@@ -126,6 +134,7 @@ class CollabAgent:
     sampling: SamplingParams
     reflector: Reflector | None = None  # required for kind `memory`
     retrieval_sampling: SamplingParams = RETRIEVAL_SAMPLING
+    reply_format: ReplyFormat = "json"
 
     def __post_init__(self) -> None:
         if self.kind is AgentKind.MEMORY and self.reflector is None:
@@ -146,8 +155,9 @@ class CollabAgent:
         if self.kind is AgentKind.MEMORY and memory.notes:
             retrieved, retrieval_failed = await self._retrieve(memory.notes, turns)
             text = f"{memory.notes}\n\nMost relevant right now:\n{retrieved}"
-        messages = agent_messages(section, text, turns, self.sampling.max_tokens)
-        text, parse_failed = read_agent_reply((await self.backend.achat(messages, self.sampling)).text)
+        messages = agent_messages(section, text, turns, self.sampling.max_tokens, self.reply_format)
+        raw = (await self.backend.achat(messages, self.sampling)).text
+        text, parse_failed = read_agent_reply(raw, self.reply_format)
         return AgentReply(text, parse_failed, retrieved, retrieval_failed)
 
     async def end_session(self, memory: AgentMemory, turns: Sequence[Message]) -> tuple[AgentMemory, Reflection | None]:

@@ -9,6 +9,7 @@ from pydantic import Field, PositiveInt
 
 from memrl.core.schema import StrictModel
 from memrl.envs.collab.agents import AgentKind
+from memrl.envs.collab.prompts import ReplyFormat
 from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
 
 
@@ -52,6 +53,14 @@ class CollabEvalConfig(StrictModel):
         "draft graded, greeting counted in length); see docs/collab.md",
     )
     agent: AgentKind = Field(default=AgentKind.MEMORY, description="memory | none | oracle | history-3 | history-all")
+    reply: ReplyFormat = Field(
+        default="json", description="the agent's reply: json (the paper's contract) | text (the message alone)"
+    )
+    preferences: list[str] | None = Field(
+        default=None,
+        description="sampled users hold only these preference ids (at least three categories); a profiles file "
+        "keeps the users whose three preferences are all listed; default: all 20",
+    )
     simulator: Literal["rule", "llm"] = Field(default="rule", description="the user simulator: rule (checkers) | llm")
     model: ModelConfig = Field(default=HFModelConfig(backend="hf", model="smollm2"), description="the agent's model")
     user_model: ModelConfig | None = Field(default=None, description="LLM user simulator; default: `model`")

@@ -11,6 +11,9 @@ Sessions are cached by (row, sha256 of the notes) (the baseline is the entry of 
 step: each round sends every live session's next reply to the agent in one batch (one `generate` call of the
 agent's backend). A session that fails (its agent or user raised) gives None, never 0, and is not cached.
 
+`oracle_notes` (envs/collab/agents.py) and `wrong_preferences` write the notes that calibrate the signal before it
+ranks reflectors (the user's true preferences, and preferences it does not hold: train/outcome_reward.py).
+
 Placement: this runs collab sessions, so it lives in envs; `memrl.rewards` (a layer below) holds only its config.
 The trainer adapters are `outcome_trl` and `outcome_verl` beside it.
 """
@@ -30,13 +33,13 @@ from typing import Any, Protocol
 
 from memrl.core.errors import ConfigError
 from memrl.core.files import read_jsonl
-from memrl.core.preferences import get_preference
+from memrl.core.preferences import TAXONOMY, get_preference
+from memrl.envs.collab.agents import read_agent_reply
 from memrl.envs.collab.checkers import TurnContext, Verdict, is_clarifying_question
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import Problem, load_problems
 from memrl.envs.collab.profiles import UserProfile
-from memrl.envs.collab.prompts import agent_messages
-from memrl.envs.collab.rl import read_reply
+from memrl.envs.collab.prompts import ReplyFormat, agent_messages
 from memrl.envs.collab.session import CollabEpisode, SessionSpec
 from memrl.envs.collab.user_sim import RuleUserSimulator, checker_verdicts
 from memrl.rewards.config import OutcomeRewardConfig
@@ -130,6 +133,23 @@ class OutcomeParts:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"failed": self.failed}
+
+
+def wrong_preferences(user_id: str, preferences: Sequence[str]) -> tuple[str, ...]:
+    """One preference the user does not hold per preference it does: the opposite where there is one, else another
+    of the same category drawn from the user id (so notes built on them are fixed per user). Never one of the
+    user's own, never one twice."""
+    held, chosen = set(preferences), []
+    for pid in preferences:
+        pref = get_preference(pid)
+        free = [q for q in TAXONOMY if q not in held and q not in chosen]
+        kin = [q for q in free if TAXONOMY[q].category == pref.category]
+        if pref.opposite in free:
+            chosen.append(pref.opposite)
+        elif pool := kin or free:
+            digest = hashlib.sha256(f"{user_id}|{pid}".encode()).digest()
+            chosen.append(pool[int.from_bytes(digest[:8], "big") % len(pool)])
+    return tuple(chosen)
 
 
 def notes_hash(notes: str) -> str:
@@ -329,22 +349,23 @@ def mean_score(parts: Sequence[OutcomeParts]) -> float | None:
 
 
 class ModelAgent:
-    """The collab agent prompt (notes in the system prompt, as `CollabAgent` keeps them) over any backend; the
-    batch is one `generate` call, off the event loop."""
+    """The collab policy's prompt with the notes in its system prompt (as `CollabAgent` keeps them) over any
+    backend; the batch is one `generate` call, off the event loop. `reply`: the policy's reply format, so a policy
+    trained with `collab_grpo` (envs/collab/rl.py) reads the notes and replies here as it learned to."""
 
-    def __init__(self, backend: ChatBackend, sampling: SamplingParams, name: str = "model") -> None:
+    def __init__(
+        self, backend: ChatBackend, sampling: SamplingParams, name: str = "model", reply: ReplyFormat = "json"
+    ) -> None:
         self.backend = backend
         self.sampling = sampling
         self.name = name
+        self.reply = reply
 
     async def replies(self, requests: Sequence[tuple[str, list[Message]]]) -> list[str]:
-        prompts = [agent_messages("notes", notes, turns, self.sampling.max_tokens) for notes, turns in requests]
+        budget = self.sampling.max_tokens
+        prompts = [agent_messages("notes", notes, turns, budget, self.reply) for notes, turns in requests]
         done = await asyncio.to_thread(self.backend.generate, prompts, self.sampling)
-        out = []
-        for completion in done:
-            reply = read_reply(completion.text)
-            out.append(reply if isinstance(reply, str) else reply[0])
-        return out
+        return [read_agent_reply(completion.text, self.reply)[0] for completion in done]
 
 
 _JUDGE_PROMPT = """Does this assistant reply satisfy the user's preference?
@@ -392,7 +413,7 @@ def build_scorer(cfg: OutcomeRewardConfig) -> NextSessionScorer:
         backends.append(build_backend(cfg.judge))
         judge = LLMPreferenceJudge(backends[-1])
     return NextSessionScorer(
-        ModelAgent(backends[0], cfg.sampling.params(), name=cfg.agent.model),
+        ModelAgent(backends[0], cfg.sampling.params(), name=cfg.agent.model, reply=cfg.reply),
         max_turns=cfg.max_turns,
         seed=cfg.seed,
         problems=cfg.problems,

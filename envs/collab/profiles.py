@@ -7,9 +7,10 @@ share a user; `check_disjoint` enforces it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -101,13 +102,28 @@ class UserProfile:
 
 
 def sample_profiles(
-    n: int, seed: int, *, personas: Sequence[str] = PERSONAS, prefix: str = "user"
+    n: int,
+    seed: int,
+    *,
+    personas: Sequence[str] = PERSONAS,
+    prefix: str = "user",
+    preferences: Collection[str] | None = None,
 ) -> list[UserProfile]:
-    """`n` profiles: a persona and 3 preferences from 3 distinct categories, reproducible from `seed`."""
+    """`n` profiles: a persona and 3 preferences from 3 distinct categories (of `preferences` when given, else of
+    the whole taxonomy), reproducible from `seed`; fewer when fewer distinct users exist."""
     rng = random.Random(seed)
     by_category: dict[str, list[str]] = {}
-    for pref in TAXONOMY.values():
-        by_category.setdefault(pref.category.value, []).append(pref.id)
+    for pid in TAXONOMY if preferences is None else preferences:
+        by_category.setdefault(get_preference(pid).category.value, []).append(pid)  # unknown ids fail in one line
+    if len(by_category) < 3:
+        held = ", ".join(pid for ids in by_category.values() for pid in ids)
+        raise ConfigError(
+            f"preferences {held} span {len(by_category)} categories ({', '.join(by_category)}); a user holds three "
+            "preferences of three distinct categories"
+        )
+    sizes = [len(ids) for ids in by_category.values()]
+    triples = sum(a * b * c for a, b, c in itertools.combinations(sizes, 3))
+    n = min(n, triples * len(set(personas)))  # past this many, every further draw would repeat a user
     profiles: list[UserProfile] = []
     seen: set[tuple[str, frozenset[str]]] = set()
     while len(profiles) < n:
@@ -185,13 +201,24 @@ SAMPLED_USERS = 200  # users sampled when no profile file is given; train and ev
 
 
 def profiles_for(
-    source: str | Path | None, split: Literal["train", "eval"], *, users: int, seed: int
+    source: str | Path | None,
+    split: Literal["train", "eval"],
+    *,
+    users: int,
+    seed: int,
+    preferences: Collection[str] | None = None,
 ) -> list[UserProfile]:
     """The first `users` profiles of one side of the user split: a profile file's users (the original release ships
     one `user_profiles.json`, no split of its own), or `SAMPLED_USERS` sampled from `seed`, split in halves with
-    `seed`, so train and eval never share a user."""
-    pool = sample_profiles(SAMPLED_USERS, seed) if source is None else load_profiles(source)
+    `seed`, so train and eval never share a user. `preferences`: only users holding nothing else (sampled from
+    them, or kept from the file)."""
+    if source is None:
+        pool = sample_profiles(SAMPLED_USERS, seed, preferences=preferences)
+    else:
+        pool = [p for p in load_profiles(source) if preferences is None or set(p.preferences) <= set(preferences)]
     where = "the sampled users" if source is None else str(source)
+    if preferences is not None:
+        where += f" holding only {', '.join(sorted(preferences))}"
     if len(pool) < 2:
         raise ConfigError(f"{where}: {len(pool)} user profile(s); disjoint train and eval users need at least 2")
     train, eval_ = split_profiles(pool, len(pool) // 2, seed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memrl.rewards.format import ReplyFormat
 from memrl.rollout.base import Message
 
 TERMINATE = "[[DONE]]"  # what the LLM user simulator says when it ends the session
@@ -36,14 +37,22 @@ writing or code.
 - Help them reach a correct answer, and shape every reply the way this user likes it: a reply they cannot use \
 costs them a turn to correct you.
 
-# Reply format
+{reply_format}"""
+
+# How the agent writes its reply: the paper's JSON contract, or the message alone (small models on CPU spend their
+# budget on the JSON's scaffolding and fail to close it).
+_REPLY_FORMATS = {
+    "json": """# Reply format
 Reply with one JSON object and nothing around it:
 {{
   "user_preferences_reasoning": "which of the user's known preferences apply here and how you will meet them",
   "reasoning": "two or three sentences: do you have enough information, and what should this reply do?",
   "response": "the message the user will read"
 }}
-Use double quotes, escape quotes inside strings, write newlines as \\n. Stay within {max_tokens} tokens."""
+Use double quotes, escape quotes inside strings, write newlines as \\n. Stay within {max_tokens} tokens.""",
+    "text": """# Reply format
+Write only the message the user will read, as plain text. Keep it under {max_tokens} tokens.""",
+}
 
 _KNOWLEDGE = {
     "none": "Nothing yet: this is a new user.",
@@ -136,11 +145,13 @@ def render_conversation(turns: Sequence[Message]) -> str:
     return "\n".join(f"{t['role'].upper()}: {t['content']}" for t in turns)
 
 
-def agent_messages(knowledge_kind: str, notes: str, turns: Sequence[Message], max_tokens: int) -> list[Message]:
-    """The agent's view: system prompt with what it knows, then the conversation from its side."""
+def agent_messages(
+    knowledge_kind: str, notes: str, turns: Sequence[Message], max_tokens: int, reply: ReplyFormat = "json"
+) -> list[Message]:
+    """The agent's view: system prompt with what it knows and how to reply, then the conversation from its side."""
     knowledge = _KNOWLEDGE[knowledge_kind].format(notes=notes or NO_NOTES)
-    system: Message = {"role": "system", "content": _AGENT.format(knowledge=knowledge, max_tokens=max_tokens)}
-    return [system, *turns]
+    system = _AGENT.format(knowledge=knowledge, reply_format=_REPLY_FORMATS[reply].format(max_tokens=max_tokens))
+    return [{"role": "system", "content": system}, *turns]
 
 
 def retrieval_messages(notes: str, turns: Sequence[Message]) -> list[Message]:

@@ -1,37 +1,36 @@
 """The collab environment for online RL: episode rows (user, problem, what the agent knows) and their episodes.
 
 A row is the JSON of one session to play: the user's profile, the problem, the session index and the agent's
-knowledge of the user (`none`, or `oracle`: its stated preferences, as the S4 agent of `memrl eval collab`). The
-policy is prompted exactly as `CollabAgent` is, so a trained policy is evaluated with `memrl eval collab --agent`
-of the same kind; it writes the agent's JSON, and the user reads its `response` (the raw text when it has none,
-counted in the record's `parse_failures.agent`).
+knowledge of the user (`none`, or `oracle`: its stated preferences, as the S4 agent of `memrl eval collab`) and
+its reply format. The policy is prompted exactly as `CollabAgent` is, so a trained policy is evaluated with `memrl
+eval collab --agent` of the same kind and `--reply` of the same format: in `json` the user reads the agent's
+`response` (the raw text when it has none, counted in the record's `parse_failures.agent`), in `text` the reply.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from memrl.core.preferences import as_prompt_text, get_preference
 from memrl.core.schema import StrictModel
-from memrl.envs.collab.agents import read_agent_reply
+from memrl.envs.collab.agents import oracle_notes, read_agent_reply
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile
-from memrl.envs.collab.prompts import agent_messages
+from memrl.envs.collab.prompts import ReplyFormat, agent_messages
 from memrl.envs.collab.runner import assign_problems, select_problems, select_profiles
 from memrl.envs.collab.session import CollabEpisode, SessionSpec, session_key
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
 from memrl.envs.episode import PolicyReply
 from memrl.envs.episode_actors import ActorEpisodes
 from memrl.envs.online import OnlineEpisode, PolicyView
-from memrl.rollout.base import ChatBackend
+from memrl.rollout.base import ChatBackend, Message
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig, SamplingConfig
 
@@ -50,6 +49,12 @@ class CollabRLConfig(StrictModel):
     max_turns: PositiveInt = Field(default=4, description="agent replies per episode")
     agent: Literal["none", "oracle"] = Field(
         default="none", description="what the policy knows of the user: nothing, or its stated preferences"
+    )
+    reply: ReplyFormat = Field(
+        default="json", description="how the policy replies: json (the agent's contract) | text (the message alone)"
+    )
+    preferences: list[str] | None = Field(
+        default=None, description="users hold only these preference ids (train and held-out alike); default: all 20"
     )
     simulator: Literal["rule", "llm"] = Field(default="rule", description="the user: rule (checkers) | llm")
     user_model: ModelConfig | None = Field(default=None, description="the LLM user's model (simulator: llm)")
@@ -77,6 +82,8 @@ class CollabRLConfig(StrictModel):
             users=self.users,
             sessions=self.sessions,
             seed=self.seed,
+            reply=self.reply,
+            preferences=self.preferences,
         )
 
 
@@ -87,8 +94,7 @@ def episode_rows(cfg: CollabRLConfig) -> list[str]:
     plan = assign_problems(users, select_problems(evaluation), cfg.sessions, cfg.seed)
     rows = []
     for user in users:
-        oracle = "\n".join(f"- {as_prompt_text(get_preference(p))}" for p in user.preferences)
-        notes = oracle if cfg.agent == "oracle" else ""
+        notes = oracle_notes(user.preferences) if cfg.agent == "oracle" else ""
         for index, problem in enumerate(plan[user.id]):
             row = {
                 "key": session_key(user.id, index),
@@ -97,22 +103,28 @@ def episode_rows(cfg: CollabRLConfig) -> list[str]:
                 "session": index,
                 "agent": cfg.agent,
                 "notes": notes,
+                "reply": cfg.reply,
             }
             rows.append(json.dumps(row))
     return rows
 
 
-def read_reply(raw: str) -> PolicyReply:
-    """The agent's JSON -> the message the user reads (as `CollabAgent.reply` reads it)."""
-    text, parse_failed = read_agent_reply(raw)
+def read_reply(raw: str, reply: ReplyFormat = "json") -> PolicyReply:
+    """The agent's reply -> the message the user reads (as `CollabAgent.reply` reads it)."""
+    text, parse_failed = read_agent_reply(raw, reply)
     return text, {"parse_failed": parse_failed}
 
 
+def row_context(row: Mapping[str, Any], reply_tokens: int) -> list[Message]:
+    """The policy's context for a row: the agent's system prompt (the agent kinds `none` and `oracle` name their
+    prompt sections too) in the row's reply format (rows written before formats existed reply in JSON)."""
+    return agent_messages(row["agent"], row["notes"], [], reply_tokens, row.get("reply", "json"))
+
+
 def policy_view(spec: str, reply_tokens: int) -> PolicyView:
-    """How the policy sees a row's session: the agent's system prompt (the agent kinds `none` and `oracle` name
-    their prompt sections too) and how its JSON is read. No user simulator is needed for it."""
+    """How the policy sees a row's session and how its reply is read. No user simulator is needed for it."""
     row = json.loads(spec)
-    return PolicyView(agent_messages(row["agent"], row["notes"], [], reply_tokens), read_reply)
+    return PolicyView(row_context(row, reply_tokens), partial(read_reply, reply=row.get("reply", "json")))
 
 
 class CollabEpisodes:

@@ -40,7 +40,7 @@ SESSIONS_FILE = "sessions.jsonl"
 
 
 def select_profiles(cfg: CollabEvalConfig) -> list[UserProfile]:
-    return profiles_for(cfg.profiles, cfg.split, users=cfg.users, seed=cfg.seed)
+    return profiles_for(cfg.profiles, cfg.split, users=cfg.users, seed=cfg.seed, preferences=cfg.preferences)
 
 
 def select_problems(cfg: CollabEvalConfig) -> list[Problem]:
@@ -107,7 +107,7 @@ class SessionRunner:
         if roles.reflector is not None:
             reflector = Reflector(self._build(roles.reflector), sampling.reflector.params())
         self.agent = CollabAgent(
-            cfg.agent, agent_backend, sampling.agent.params(), reflector, sampling.retrieval.params()
+            cfg.agent, agent_backend, sampling.agent.params(), reflector, sampling.retrieval.params(), cfg.reply
         )
         judge = self._build(roles.judge) if roles.judge is not None else None
         self.grader = Grader(judge, sampling.judge.params())

@@ -72,8 +72,9 @@ class CollabEpisode:
     `step(reply, retrieved=None, parse_failed=False, retrieval_failed=False)`: `retrieved` is what the agent
     retrieved for the reply (kept in the turn log); the flags count the agent's parse failures in the record.
     The episode ends when the user terminates (the user's last turn closes the observation) or after `max_turns`
-    replies (time runs out: the user's last reaction is never said, but its draft is what gets graded and its parse
-    failure is counted). The last step grades the draft and carries the reward parts `task_success` (0/1),
+    replies (time runs out: the user's last reaction is never said, but its draft is what gets graded, its parse
+    failure is counted, and what it found wrong with the last reply is kept as the record's `unsaid_reaction`, so
+    every reply has its verdict). The last step grades the draft and carries the reward parts `task_success` (0/1),
     `user_effort` (enforcing utterances) and `length` (turns); earlier steps carry none. `info` has the user's
     reaction (`enforce`, `violated`, `draft_answer`), and on the last step `ended_by` ("user" or "max_turns").
     The record is the environment's side of the session record: `run_session` adds the agent's.
@@ -107,6 +108,7 @@ class CollabEpisode:
         self._truncations = {"user": 0}
         self._replies = 0
         self._said_draft = ""
+        self._unsaid: dict[str, Any] | None = None  # the user's reaction to a last reply that time cut off
 
     async def reset(self) -> list[Message]:
         """Start the session afresh (a new user session) and return the user's opening."""
@@ -117,6 +119,7 @@ class CollabEpisode:
         self._failures = {"agent": 0, "user": 0, "retrieval": 0}
         self._truncations = {"user": 0}
         self._replies = 0
+        self._unsaid = None
         if self.original:
             self._turns.append({"role": "assistant", "content": GREETING})
             self._log.append({"role": "assistant", "content": GREETING, "retrieved": None})
@@ -162,6 +165,7 @@ class CollabEpisode:
         elif self._replies >= self.max_turns:
             self._failures["user"] += turn.parse_failed  # the user read the last reply and updated the draft
             self._truncations["user"] += turn.truncated
+            self._unsaid = {"enforce": turn.enforce, "violated": list(turn.violated)} | view
             ended_by = "max_turns"
         else:
             self._say(turn, view)
@@ -186,6 +190,7 @@ class CollabEpisode:
             "problem_id": spec.problem.id,
             "preferences": list(spec.profile.preferences),
             "turns": self._log,
+            "unsaid_reaction": self._unsaid,
             "enforcing_utterances": enforcing,
             "draft_answer": draft,
             "gold_answer": spec.problem.answer,
@@ -248,6 +253,7 @@ async def run_session(
 _OUTCOME_KEYS = (
     "preferences",
     "turns",
+    "unsaid_reaction",
     "enforcing_utterances",
     "draft_answer",
     "gold_answer",

@@ -44,6 +44,13 @@ class Trajectory:
     status: str = "running"  # then done | failed | over_budget
     record: dict[str, Any] | None = None
     error: str | None = None
+    replies: int = 0
+    cut: int = 0  # replies that hit the reply budget before their end of turn
+
+    @property
+    def cut_share(self) -> float | None:
+        """The share of the policy's replies cut at the budget (TRL's `clipped_ratio` reads only the last token)."""
+        return self.cut / self.replies if self.replies else None
 
     def add(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] | None = None) -> None:
         self.completion_ids += ids
@@ -82,6 +89,8 @@ class Player:
             for n, i in enumerate(live):
                 reply, closing = self.turns.close_reply(generated[n])
                 trajectories[i].add(reply, True, None if logprobs is None else logprobs[n][: len(reply)])
+                trajectories[i].replies += 1
+                trajectories[i].cut += bool(closing)
                 steps.append(self._step(trajectories[i], episodes[i], self.turns.text(reply), closing))
             _together(loop, steps)
         for t in trajectories:

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from memrl.core.checkpoints import tokenizer_source
 from memrl.envs.collab.rl import episode_rows, episode_source
-from memrl.rewards.collab_outcome import PARTS, STATUSES, reward_funcs
+from memrl.rewards.collab_outcome import PARTS, REPLIES_CUT, STATUSES, reward_funcs
 from memrl.train.config import GRPOStage
 from memrl.train.curves import Chart, Panel, draw
 from memrl.train.online.chat_tokens import TurnTokens
@@ -57,7 +57,8 @@ def grpo_args(stage: CollabGRPOStage, ctx: TrainContext) -> dict[str, Any]:
 
 
 def outcome_chart(history: Sequence[dict[str, Any]], out: Path, title: str) -> Chart | None:
-    """One panel per reward part (train mean per step), the weighted reward, and how the episodes ended."""
+    """One panel per reward part (train mean per step), the weighted reward, how the episodes ended, and the share
+    of replies cut at the reply budget."""
 
     def series(key: str) -> list[tuple[float, float]]:
         return [(float(row["step"]), float(row[key])) for row in history if key in row and "step" in row]
@@ -65,6 +66,7 @@ def outcome_chart(history: Sequence[dict[str, Any]], out: Path, title: str) -> C
     panels = [Panel(part, {part: series(f"rewards/{part}/mean")}) for part in PARTS]
     panels.append(Panel("reward", {"weighted sum": series("reward")}))
     panels.append(Panel("episodes", {status: series(f"episode/{status}") for status in STATUSES}))
+    panels.append(Panel("replies cut at the budget", {"share": series(f"episode/{REPLIES_CUT}")}))
     return draw(panels, out, title=title)
 
 

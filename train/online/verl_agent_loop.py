@@ -33,7 +33,7 @@ from verl.experimental.agent_loop.tool_agent_loop import SPEC_DECODE_EXTRA_KEYS
 from verl.utils.profiler import simple_timer
 
 from memrl.envs.collab.rl import CollabEpisodes, collab_episodes
-from memrl.rewards.collab_outcome import PARTS, STATUSES, OutcomeWeights, outcome_parts
+from memrl.rewards.collab_outcome import PARTS, REPLIES_CUT, STATUSES, OutcomeWeights, outcome_parts
 from memrl.train.online.chat_tokens import TurnTokens
 from memrl.train.online.rollout import Player, Trajectory
 from memrl.train.online.verl_data import AGENT_NAME, LoopSettings
@@ -59,6 +59,7 @@ def episode_reward(t: Trajectory, weights: OutcomeWeights) -> tuple[float, dict[
         score = sum(w * v for w, v in zip(weights.as_list(), (parts[p] for p in PARTS), strict=True) if v is not None)
     info: dict[str, Any] = dict(parts)
     info |= {f"episode_{status}": float(t.status == status) for status in STATUSES}
+    info[REPLIES_CUT] = t.cut_share
     info["episode"] = json.dumps({"status": t.status, "error": t.error, "record": t.record})
     return score, info
 
@@ -93,6 +94,8 @@ async def play_episode(
             t.logprobs = None
         reply, closing = player.turns.close_reply(ids)
         t.add(reply, True, None if logprobs is None else logprobs[: len(reply)])
+        t.replies += 1
+        t.cut += bool(closing)
         await player._step(t, episode, player.turns.text(reply), closing)
     if not t.completion_ids:  # the user failed before the policy spoke: nothing to learn from
         t.add([player.turns.end_of_turn], False)

@@ -17,8 +17,7 @@ from typing import Any
 from pydantic import PositiveInt, SecretStr
 
 from memrl.core.schema import StrictModel
-from memrl.envs.collab.prompts import agent_messages
-from memrl.envs.collab.rl import CollabRLConfig
+from memrl.envs.collab.rl import CollabRLConfig, row_context
 from memrl.rewards.collab_outcome import OutcomeWeights
 from memrl.rollout.config import OpenAIModelConfig
 
@@ -67,7 +66,7 @@ def agent_rows(specs: list[str], settings: LoopSettings) -> list[dict[str, Any]]
     rows = []
     for index, spec in enumerate(specs):
         row = json.loads(spec)
-        context = agent_messages(row["agent"], row["notes"], [], settings.max_turn_tokens)
+        context = row_context(row, settings.max_turn_tokens)
         opening = {"role": "user", "content": row["problem"]["question"]}
         rows.append(
             {

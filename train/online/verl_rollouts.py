@@ -19,7 +19,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from memrl.rewards.collab_outcome import PARTS, STATUSES
+from memrl.rewards.collab_outcome import PARTS, REPLIES_CUT, STATUSES
 
 PARTS_SUBDIR = "parts"
 
@@ -59,6 +59,8 @@ def _step_row(step: int, samples: list[dict[str, Any]]) -> dict[str, Any]:
         row["reward"] = fmean(scores)
     for status in STATUSES:
         row[f"episode/{status}"] = float(sum(float(s.get(f"episode_{status}") or 0.0) for s in samples))
+    if cut := [float(s[REPLIES_CUT]) for s in samples if s.get(REPLIES_CUT) is not None]:
+        row[f"episode/{REPLIES_CUT}"] = fmean(cut)
     return row
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, model_validator
+from rich.markup import escape
 
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind, on_the_cluster
@@ -140,6 +141,11 @@ class EvalReflectorStage(StrictModel):
     max_samples: PositiveInt | None = None
     batch_size: PositiveInt = Field(default=8, description="prompts per generation batch (transformers backend)")
     online: OnlineCheck | None = None
+    outcome_users: PositiveInt | None = Field(
+        default=None,
+        description="with `reward.outcome`: held-out users whose next sessions are played (the first row of each); "
+        "default: every user of the evaluated rows",
+    )
 
 
 def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) -> None:
@@ -165,13 +171,27 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
         results[label] = metrics
         ctx.console.print(f"{name}: {label}: " + json.dumps({k: metrics[k] for k in ("score", "coverage", "format")}))
     online = online_check(models, stage.online.collab, out / "online", ctx.console) if stage.online else None
-    agreement = None
-    if stage.reward.outcome is not None:  # the next-session outcome reward against the judge, on the same replies
-        from memrl.train.outcome_reward import outcome_agreement
+    outcome = None
+    if stage.reward.outcome is not None:  # the notes in the users' next sessions, calibrated, on the same rows
+        from memrl.train.outcome_reward import outcome_report
 
-        agreement = outcome_agreement(stage.reward.outcome, data, out, list(models), stage.reward.plain_text_notes)
-    report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx), agreement)
+        ctx.console.print(f"{name}: next sessions with oracle, empty, wrong and each model's notes")
+        outcome = outcome_report(
+            stage.reward.outcome, data, out, list(models), stage.reward.plain_text_notes, users=stage.outcome_users
+        )
+        _print_outcome(outcome, ctx, name)
+    report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx), outcome)
     ctx.console.print(f"{name}: report {report}")
+
+
+def _print_outcome(outcome: dict[str, Any], ctx: RunContext, name: str) -> None:
+    calibration = {k: v for k, v in outcome["calibration"].items() if k != "ci95"}
+    ctx.console.print(f"{name}: outcome calibration ({outcome['n']} users): {json.dumps(calibration)}")
+    ctx.console.print(
+        f"{name}: outcome pass rate: {json.dumps(outcome['pass_rate'])}, ci95 {json.dumps(outcome['ci95'])}"
+    )
+    style = "green" if outcome["calibration"]["can_rank"] else "yellow"
+    ctx.console.print(f"{name}: [{style}]{escape(outcome['verdict'])}[/{style}] ({outcome['seconds']} s)")
 
 
 def _grpo_logs(ctx: RunContext) -> dict[str, Path]:
@@ -181,10 +201,17 @@ def _grpo_logs(ctx: RunContext) -> dict[str, Path]:
 
 def plan_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) -> list[str]:
     out, data = ctx.stage_dir(name), ctx.artifact(stage.data)
-    return [
+    lines = [
         f"memrl eval reflector --model {ctx.model_ref(ref)} --data {data} --out {out / label}"
         for label, ref in stage.models.items()
     ]
+    if (outcome := stage.reward.outcome) is not None:
+        users = "every held-out user" if stage.outcome_users is None else f"{stage.outcome_users} held-out users"
+        lines.append(
+            f"next sessions of {users} ({outcome.agent.model} reads the notes, max_turns {outcome.max_turns}): "
+            "oracle, empty and wrong notes, then each model's -> report.json `outcome`"
+        )
+    return lines
 
 
 def eval_reflector_job(stage: EvalReflectorStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
