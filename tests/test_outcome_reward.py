@@ -64,6 +64,23 @@ def test_the_scripted_agent_meets_what_its_notes_state() -> None:
     assert stated_preferences("") == frozenset()
 
 
+def test_a_sessions_share_is_graded_per_preference() -> None:
+    """A reply that breaks one of three preferences scores 2/3, not 0: a reader that meets one preference more than
+    before is seen (as the collab `preference` part grades it)."""
+    from memrl.envs.collab.next_session import session_share
+
+    user = UserProfile("u", "a nurse", ("bullets", "polite", "analytic"))
+    record = {
+        "turns": [
+            {"role": "user", "content": "What is 3 + 4?"},
+            {"role": "assistant", "content": "- 3 + 4 = 7, because four more than three is seven."},  # not polite
+            {"role": "user", "content": "Be nicer."},
+            {"role": "assistant", "content": "Thank you for asking! It is 7."},  # no list, no reasoning
+        ]
+    }
+    assert asyncio.run(session_share(record, user, None)) == pytest.approx((2 / 3 + 1 / 3) / 2)
+
+
 def test_faithful_notes_beat_empty_and_wrong_notes() -> None:
     s = scorer()
     faithful = asyncio.run(s.ascore([(compose_notes(r.preferences), r) for r in ROWS]))

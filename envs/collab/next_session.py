@@ -2,10 +2,11 @@
 
 For one (notes, row): the row's user (its three preferences) meets an agent in a next session on a fixed problem
 drawn from the row (never the row's own problem), played with the rule user for `max_turns` replies, once with the
-notes in the agent's system prompt and once with none (the counterfactual baseline). A session's share is the share
-of the agent's replies in which no preference of the user is violated: the programmatic checkers decide what they
-can, an optional LLM judge the judge-only preferences (without one those count as not violated). The reward is the
-share with the notes minus the share without, in [-1, 1].
+notes in the agent's system prompt and once with none (the counterfactual baseline). A session's share is, per
+agent reply, the share of the user's preferences it does not violate, averaged over the replies (graded as the
+collab reward's `preference` part): the programmatic checkers decide what they can, an optional LLM judge the
+judge-only preferences (without one those count as not violated). The reward is the share with the notes minus the
+share without, in [-1, 1].
 
 Sessions are cached by (row, sha256 of the notes) (the baseline is the entry of the empty notes) and played in lock
 step: each round sends every live session's next reply to the agent in one batch (one `generate` call of the
@@ -110,7 +111,7 @@ def load_rows(data_dir: str | Path) -> dict[str, NextSessionRow]:
 
 @dataclass(frozen=True)
 class SessionOutcome:
-    share: float  # replies with no preference violated / replies
+    share: float  # per reply the share of the user's preferences met, averaged over the replies
     replies: int
     user_effort: int  # the rule user's enforcing turns
     task_success: int
@@ -166,22 +167,25 @@ def next_problem(row: NextSessionRow, problems: Sequence[Problem], seed: int) ->
 
 
 async def session_share(record: Mapping[str, Any], profile: UserProfile, judge: PreferenceJudge | None) -> float:
-    """Share of the agent's replies in which none of the user's preferences is violated; the last reply is checked
-    as the conversation winds down (when `takeaways` applies)."""
+    """Per agent reply, the share of the user's preferences it does not violate; their mean (graded as the collab
+    reward's `preference` part is, so a reader that meets one preference more than before is seen). The last reply
+    is checked as the conversation winds down (when `takeaways` applies)."""
     replies = [t["content"] for t in record["turns"] if t["role"] == "assistant"]
     if not replies:
         return 0.0
-    bad = [False] * len(replies)
+    broken: list[set[str]] = []
     judged: list[tuple[int, str, str]] = []
     for i, reply in enumerate(replies):
         context = TurnContext(winding_down=i == len(replies) - 1, clarifying=is_clarifying_question(reply))
         verdicts = checker_verdicts(profile, reply, context)
-        bad[i] = any(v is Verdict.VIOLATED for v in verdicts.values())
+        broken.append({pid for pid, v in verdicts.items() if v is Verdict.VIOLATED})
         judged += [(i, pid, reply) for pid in profile.preferences if not get_preference(pid).checkable]
     if judge is not None and judged:
-        for (i, _, _), violated in zip(judged, await judge.violated([(p, r) for _, p, r in judged]), strict=True):
-            bad[i] = bad[i] or violated is True
-    return sum(not b for b in bad) / len(replies)
+        for (i, pid, _), violated in zip(judged, await judge.violated([(p, r) for _, p, r in judged]), strict=True):
+            if violated is True:
+                broken[i].add(pid)
+    held = max(len(profile.preferences), 1)
+    return sum(1.0 - len(b) / held for b in broken) / len(replies)
 
 
 class NextSessionScorer:
