@@ -20,7 +20,7 @@ cut at the reply budget (`episode/replies_cut`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -47,6 +47,12 @@ class OutcomeWeights(StrictModel):
         return [getattr(self, part) for part in PARTS]
 
 
+def met_share(violated: Sequence[Collection[str]], held: int) -> float:
+    """Per reply, the share of the user's `held` preferences not in its `violated` set; their mean (replies >= 1).
+    The one measure of preferences met: this part, the held-out report and the next-session outcome."""
+    return sum(1.0 - len(set(v)) / max(held, 1) for v in violated) / len(violated)
+
+
 def preference_share(record: Record) -> float | None:
     """Per reply the user reacted to, the share of its preferences that no checker found violated; their mean (a
     clarifying question, which no answer-format preference applies to, meets them all). The reaction to a last reply
@@ -56,8 +62,7 @@ def preference_share(record: Record) -> float | None:
         reactions.append(unsaid)
     if not reactions:
         return None
-    held = max(len(record["preferences"]), 1)
-    return sum(1.0 - len(set(t["checker_violated"])) / held for t in reactions) / len(reactions)
+    return met_share([t["checker_violated"] for t in reactions], len(record["preferences"]))
 
 
 def outcome_parts(record: Record) -> dict[str, float | None]:

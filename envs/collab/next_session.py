@@ -43,6 +43,7 @@ from memrl.envs.collab.profiles import UserProfile
 from memrl.envs.collab.prompts import ReplyFormat, agent_messages
 from memrl.envs.collab.session import CollabEpisode, SessionSpec
 from memrl.envs.collab.user_sim import RuleUserSimulator, checker_verdicts
+from memrl.rewards.collab_outcome import met_share
 from memrl.rewards.config import OutcomeRewardConfig
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
 from memrl.rollout.json_output import JSONParseFailure, parse_json_object
@@ -184,8 +185,7 @@ async def session_share(record: Mapping[str, Any], profile: UserProfile, judge: 
         for (i, pid, _), violated in zip(judged, await judge.violated([(p, r) for _, p, r in judged]), strict=True):
             if violated is True:
                 broken[i].add(pid)
-    held = max(len(profile.preferences), 1)
-    return sum(1.0 - len(b) / held for b in broken) / len(replies)
+    return met_share(broken, len(profile.preferences))
 
 
 class NextSessionScorer:

@@ -58,6 +58,12 @@ class Trajectory:
         if self.logprobs is not None:  # the environment's tokens get 0.0, as TRL's tool loop gives its tool results
             self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
 
+    def add_reply(self, ids: Sequence[int], cut: bool, logprobs: Sequence[float] | None = None) -> None:
+        """The policy's reply (sampled tokens); `cut`: it hit the reply budget before its end of turn."""
+        self.add(ids, True, logprobs)
+        self.replies += 1
+        self.cut += cut
+
     def fail(self, exc: BaseException) -> None:
         self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
 
@@ -88,9 +94,7 @@ class Player:
             steps = []
             for n, i in enumerate(live):
                 reply, closing = self.turns.close_reply(generated[n])
-                trajectories[i].add(reply, True, None if logprobs is None else logprobs[n][: len(reply)])
-                trajectories[i].replies += 1
-                trajectories[i].cut += bool(closing)
+                trajectories[i].add_reply(reply, bool(closing), None if logprobs is None else logprobs[n][: len(reply)])
                 steps.append(self._step(trajectories[i], episodes[i], self.turns.text(reply), closing))
             _together(loop, steps)
         for t in trajectories:

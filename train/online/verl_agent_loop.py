@@ -93,9 +93,7 @@ async def play_episode(
         if logprobs is None:
             t.logprobs = None
         reply, closing = player.turns.close_reply(ids)
-        t.add(reply, True, None if logprobs is None else logprobs[: len(reply)])
-        t.replies += 1
-        t.cut += bool(closing)
+        t.add_reply(reply, bool(closing), None if logprobs is None else logprobs[: len(reply)])
         await player._step(t, episode, player.turns.text(reply), closing)
     if not t.completion_ids:  # the user failed before the policy spoke: nothing to learn from
         t.add([player.turns.end_of_turn], False)
