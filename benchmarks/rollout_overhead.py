@@ -40,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.models import pull
-from memrl.envs.collab.rl import CollabRLConfig, collab_episodes, episode_rows, episode_source
 from memrl.envs.episode import PolicyReply, play
 from memrl.rollout.base import Message
 from memrl.train.online.chat_tokens import TurnTokens
+from memrl.train.online.config import CollabRLConfig
+from memrl.train.online.episodes import collab_episodes, episode_rows, episode_source
 from memrl.train.online.rollout import Generate, Player
 
 HERE = Path(__file__).parent

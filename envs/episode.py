@@ -2,13 +2,16 @@
 
 Evaluation, data generation and online RL all run an episode the same way:
 
-    observation = await episode.reset()                  # the environment speaks first
+    observation = await episode.reset(seed=seed)         # the environment speaks first
     while not (step := await episode.step(reply_to(observation))).done:
         observation = step.observation
     episode.record()                                     # what the environment writes to disk
 
 `play` is that loop. The policy only ever sees `Message` lists; whatever it knows beyond the text it writes
 (what it retrieved, whether its output parsed) it hands to `step` as keyword annotations for the record.
+As in Gymnasium, a step ends the episode by `terminated` (the environment reached an end of its own: the user
+ended the session, the task was resolved or acted on) or by `truncated` (a limit cut it: the turn limit); `done` is
+either. `envs/checker.py` checks an environment against this contract.
 """
 
 from __future__ import annotations
@@ -32,25 +35,34 @@ class Step:
 
     `observation` is the conversation so far (a fresh list the caller may keep or change), ending with the
     environment's answer to the reply unless the episode is over. `reward` holds the reward parts this step
-    earned; the final step carries the episode's outcome parts. `done` is true exactly once, on the last step.
-    `info` is diagnostics the environment chooses to expose (never needed to drive the loop).
+    earned; the final step carries the episode's outcome parts. The last step, and only it, is `terminated` (the
+    episode reached its own end) or `truncated` (a limit cut it short), never both; `done` is either. `info` is
+    diagnostics the environment chooses to expose (never needed to drive the loop).
     """
 
     observation: list[Message]
     reward: dict[str, float] = field(default_factory=dict)
-    done: bool = False
+    terminated: bool = False
+    truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        """The episode is over: what a driver reads to stop stepping."""
+        return self.terminated or self.truncated
 
 
 class Episode(Protocol):
     """One episode of a conversational environment.
 
-    `reset` starts (or restarts) it and returns the first observation; `step` takes the policy's reply and any
-    annotations the environment documents (unknown ones are an error), and may be called until a step comes back
-    `done`, never after; `record` is the finished episode's record, plain JSON, available once done.
+    `reset` starts (or restarts) it and returns the first observation; with a `seed`, whatever the environment
+    draws itself (a rule user's phrasing, an LLM user's sampling) is drawn from it, so two resets with one seed play
+    alike under the same replies; None draws as the environment was built to. `step` takes the policy's reply and
+    any annotations the environment documents (unknown ones are an error), and may be called until a step comes
+    back `done`, never after; `record` is the finished episode's record, plain JSON, available once done.
     """
 
-    async def reset(self) -> list[Message]: ...
+    async def reset(self, *, seed: int | None = None) -> list[Message]: ...
 
     async def step(self, reply: str, **annotations: Any) -> Step: ...
 
@@ -69,12 +81,16 @@ def check_step(episode: object, unknown: Mapping[str, Any], live: T | None, *, o
     return live
 
 
-async def play(episode: Episode, policy: Policy) -> Step:
-    """Reset `episode`, then step it with `policy`'s replies until done; returns the final step."""
-    observation = await episode.reset()
+def split_reply(reply: PolicyReply) -> tuple[str, Mapping[str, Any]]:
+    """A policy's reply as the text and the annotations `step` takes."""
+    return (reply, {}) if isinstance(reply, str) else reply
+
+
+async def play(episode: Episode, policy: Policy, *, seed: int | None = None) -> Step:
+    """Reset `episode` (with `seed`), then step it with `policy`'s replies until done; returns the final step."""
+    observation = await episode.reset(seed=seed)
     while True:
-        out = await policy(observation)
-        text, annotations = (out, {}) if isinstance(out, str) else out
+        text, annotations = split_reply(await policy(observation))
         step = await episode.step(text, **annotations)
         if step.done:
             return step

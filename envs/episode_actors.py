@@ -8,10 +8,10 @@ which the actor runs concurrently on its own event loop (an LLM user's requests 
 
 Faults. An environment that raises fails only its episode (its error comes back as a string). An actor that dies
 (killed, OOM) is restarted by Ray (`spawn_workers`' `max_restarts`); each of its live episodes is then replayed
-once on the restarted actor: reset and stepped again with the replies already given, each observation checked
-against the recorded one (the rule user is deterministic per seed; a sampling LLM user is not, and such an episode
-fails saying so), before the interrupted call is made again. Replays are counted and logged. A second death of
-the same episode fails it (`EnvActorDied`), never the batch.
+once on the restarted actor: reset (with the seed it was given) and stepped again with the replies already given,
+each observation checked against the recorded one (the rule user is deterministic per seed; a sampling LLM user is
+not, and such an episode fails saying so), before the interrupted call is made again. Replays are counted and
+logged. A second death of the same episode fails it (`EnvActorDied`), never the batch.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
+from memrl.core.asyncs import MicroBatcher
 from memrl.core.errors import first_line
 from memrl.envs.actors import actor_died, actor_error_cause, spawn_workers, start_ray
 from memrl.envs.episode import Episode, Step
-from memrl.envs.online import OnlineEpisode, ViewSource
-from memrl.rewards.reward import MicroBatcher
+from memrl.envs.online import Episodes, OnlineEpisode, ViewSource
 from memrl.rollout.base import Message
 
 log = logging.getLogger(__name__)
@@ -38,14 +38,6 @@ log = logging.getLogger(__name__)
 # What an actor answers per episode: the step as plain data, the environment's error, or None: the actor does not
 # hold the episode (it restarted since the episode was reset there).
 Outcome = dict[str, Any] | str | None
-
-
-class Episodes(Protocol):
-    """What a worker's factory builds: fresh episodes by spec (an in-process source such as `CollabEpisodes`)."""
-
-    def episode(self, spec: str) -> Episode: ...
-
-    def close(self) -> None: ...
 
 
 class EnvActorDied(RuntimeError):
@@ -75,18 +67,18 @@ class EpisodeWorker:
         for key in keys:  # episodes the driver let go of without finishing (over budget)
             self.live.pop(key, None)
 
-    async def reset(self, jobs: list[tuple[int, str]], drop: list[int]) -> list[Outcome]:
+    async def reset(self, jobs: list[tuple[int, str, int | None]], drop: list[int]) -> list[Outcome]:
         self._drop(drop)
 
-        async def one(key: int, spec: str) -> Outcome:
+        async def one(key: int, spec: str, seed: int | None) -> Outcome:
             try:
                 episode = self.live[key] = self.episodes.episode(spec)
-                return {"observation": await episode.reset()}
+                return {"observation": await episode.reset(seed=seed)}
             except Exception as exc:  # that episode's failure, never the batch's
                 self.live.pop(key, None)
                 return _error(exc)
 
-        return list(await asyncio.gather(*(one(key, spec) for key, spec in jobs)))
+        return list(await asyncio.gather(*(one(*job) for job in jobs)))
 
     async def step(self, jobs: list[tuple[int, str, dict[str, Any]]], drop: list[int]) -> list[Outcome]:
         self._drop(drop)
@@ -97,7 +89,8 @@ class EpisodeWorker:
                 return None
             try:
                 step = await episode.step(reply, **annotations)
-                out = {"observation": step.observation, "reward": step.reward, "done": step.done, "info": step.info}
+                out: dict[str, Any] = {"observation": step.observation, "reward": step.reward, "info": step.info}
+                out |= {"terminated": step.terminated, "truncated": step.truncated}
                 if step.done:
                     out["record"] = episode.record()
                     del self.live[key]
@@ -131,13 +124,14 @@ class RemoteEpisode:
         self.actor = actor
         self.name = _label(key, spec)
         self.deaths = 0
+        self._seed: int | None = None
         self._opening: list[Message] | None = None
         self._steps: list[tuple[str, dict[str, Any], list[Message]]] = []  # reply, annotations, what came back
         self._record: dict[str, Any] | None = None
 
-    async def reset(self) -> list[Message]:
-        self._opening, self._steps, self._record = None, [], None
-        self._opening = (await self._call("reset", (self.spec,)))["observation"]
+    async def reset(self, *, seed: int | None = None) -> list[Message]:
+        self._opening, self._steps, self._record, self._seed = None, [], None, seed
+        self._opening = (await self._call("reset", (self.spec, seed)))["observation"]
         return list(self._opening)
 
     async def step(self, reply: str, **annotations: Any) -> Step:
@@ -147,9 +141,10 @@ class RemoteEpisode:
             raise RuntimeError("the episode is over: reset it to start again")
         out = await self._call("step", (reply, annotations))
         self._steps.append((reply, annotations, out["observation"]))
-        if out["done"]:
+        step = Step(list(out["observation"]), out["reward"], out["terminated"], out["truncated"], out["info"])
+        if step.done:
             self._record = out["record"]
-        return Step(list(out["observation"]), out["reward"], out["done"], out["info"])
+        return step
 
     def record(self) -> dict[str, Any]:
         if self._record is None:
@@ -177,12 +172,12 @@ class RemoteEpisode:
 
     async def _replay(self) -> None:
         """Play the episode again on the restarted actor up to where it was, checking it says the same."""
-        opening = (await self._call("reset", (self.spec,)))["observation"]
+        opening = (await self._call("reset", (self.spec, self._seed)))["observation"]
         if opening != self._opening:
             raise ReplayDiverged(f"{self.name} opened differently when replayed: {self._nondeterministic}")
         for n, (reply, given, seen) in enumerate(self._steps, 1):
             out = await self._call("step", (reply, given))
-            if out["done"] or out["observation"] != seen:
+            if out["terminated"] or out["truncated"] or out["observation"] != seen:
                 raise ReplayDiverged(
                     f"{self.name} answered reply {n} differently when replayed: {self._nondeterministic}"
                 )

@@ -1,9 +1,10 @@
-"""The reflection reward: judge coverage (offline MiniLM judge or an LLM judge) + format, with trainer adapters.
+"""Pure reward functions (judge coverage, format, length, the collab episode parts) and their registry.
+
+The trainer adapters and the rewards that play an environment live in memrl.train.rewards.
 
 Import-light: the judges load their models when first built, not on import.
 """
 
-from memrl.rewards.bce import auto_pos_weight, judger_bce
 from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
 from memrl.rewards.format import FormatResult, extract_notes, format_reward
 from memrl.rewards.judge import Judge, build_judge
@@ -21,9 +22,7 @@ __all__ = [
     "RewardConfig",
     "RewardParts",
     "RewardScorer",
-    "auto_pos_weight",
     "build_judge",
     "extract_notes",
     "format_reward",
-    "judger_bce",
 ]

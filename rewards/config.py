@@ -55,10 +55,10 @@ class LengthPenaltyConfig(StrictModel):
     target: Literal["notes", "completion"] = "notes"
 
 
-class OutcomeRewardConfig(StrictModel):
-    """The next-session outcome reward (memrl.envs.collab.next_session): the reflection's notes go to an agent in the
-    user's next session with the rule user; the reward is the share of the agent's replies that violate none of the
-    user's preferences, minus the same share in that session played with no notes. Its `weight` joins the total."""
+class NextSessionRewardConfig(StrictModel):
+    """The next-session outcome reward (memrl.train.rewards.next_session): the reflection's notes go to an agent in
+    the user's next session with the rule user; the reward is the share of the user's preferences the agent's replies
+    meet, minus the same share in that session played with no notes. Its `weight` joins the total."""
 
     weight: float = Field(default=1.0, description="weight of the outcome in the total reward")
     agent: ModelConfig = Field(
@@ -102,4 +102,6 @@ class RewardConfig(StrictModel):
     # Grade a reply with no JSON contract as plain notes (the CLI does); in training such a reply is discarded by
     # the agent, so its notes are "" and coverage is 0.
     plain_text_notes: bool = False
-    outcome: OutcomeRewardConfig | None = Field(default=None, description="the next-session outcome reward, mixed in")
+    outcome: NextSessionRewardConfig | None = Field(
+        default=None, description="the next-session outcome reward, mixed in"
+    )

@@ -10,33 +10,20 @@ import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Generic, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
+from memrl.core.asyncs import MicroBatcher, run_sync
 from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
 from memrl.rewards.format import UNUSABLE, FormatResult, format_reward
 from memrl.rewards.judge import Judge, build_judge
 from memrl.rewards.text import count_tokens
 from memrl.rewards.types import GroundTruth, JudgeItem, JudgeVerdict, RewardParts
 
-__all__ = ["JudgeConfig", "LengthPenaltyConfig", "RewardConfig", "RewardScorer", "length_penalty", "run_sync"]
+__all__ = ["JudgeConfig", "LengthPenaltyConfig", "RewardConfig", "RewardScorer", "length_penalty"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-Request = TypeVar("Request")
-Result = TypeVar("Result")
 TruthLike = GroundTruth | dict[str, Any] | str
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from sync code, also when this thread already runs an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def length_penalty(tokens: int, cfg: LengthPenaltyConfig | None) -> float:
@@ -152,53 +139,6 @@ class RewardScorer:
                 "judge_failures": self.failures,
                 "last_batch_failures": self.last_batch_failures,
             }
-
-
-class MicroBatcher(Generic[Request, Result]):
-    """Collects single requests made on one event loop within `wait_s` (at most `max_batch`) and hands them to
-    `score` together: verl calls a reward function once per sample, a batch feeds the judge or the env in one go."""
-
-    def __init__(
-        self, score: Callable[[list[Request]], Awaitable[list[Result]]], wait_s: float, max_batch: int = 256
-    ) -> None:
-        self.score = score
-        self.wait_s = wait_s
-        self.max_batch = max_batch
-        self.pending: list[tuple[Request, asyncio.Future[Result]]] = []
-        self.timer: asyncio.TimerHandle | None = None
-        self.running: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
-
-    async def submit(self, request: Request) -> Result:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Result] = loop.create_future()
-        self.pending.append((request, future))
-        if len(self.pending) >= self.max_batch:
-            self._flush()
-        elif self.timer is None:
-            self.timer = loop.call_later(self.wait_s, self._flush)
-        return await future
-
-    def _flush(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        batch, self.pending = self.pending, []
-        if batch:
-            task = asyncio.ensure_future(self._run(batch))
-            self.running.add(task)
-            task.add_done_callback(self.running.discard)
-
-    async def _run(self, batch: list[tuple[Request, asyncio.Future[Result]]]) -> None:
-        try:
-            results = await self.score([request for request, _ in batch])
-        except Exception as exc:  # hand the error to every waiting caller instead of losing it in a task
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (_, future), result in zip(batch, results, strict=True):
-            if not future.done():
-                future.set_result(result)
 
 
 _SampleBatcher = MicroBatcher[tuple[str, TruthLike], RewardParts]  # (completion, ground truth) -> its parts

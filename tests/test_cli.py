@@ -20,6 +20,8 @@ COMMANDS = [
     ("models", "pull"),
     ("env",),
     ("env", "llamafactory"),
+    ("reward",),
+    ("reward", "list"),
 ]
 
 

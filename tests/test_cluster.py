@@ -268,7 +268,7 @@ from memrl.train import verl_launch, verl_main
 cfg = verl_launch.compose(verl_launch.PPO_CONFIG, [
     "+ray_kwargs.ray_init.address=auto", "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR=/from/verl/config",
     "actor_rollout_ref.model.path={model}", "reward.num_workers=2",
-    "reward.custom_reward_function.path=pkg://memrl.rewards.verl_reward",
+    "reward.custom_reward_function.path=pkg://memrl.train.rewards.verl",
     "reward.custom_reward_function.name=compute_score_async",
 ])
 verl_main.init_ray(cfg)
@@ -315,7 +315,7 @@ def test_verl_workers_on_every_node_see_the_jobs_environment(
     seen = json.loads(next(line for line in text.splitlines() if line.startswith("SEEN "))[5:])
     assert {w["node"] for w in seen} == cluster.node_ids()  # a worker on each node, the job's own and the other
     for worker in seen:
-        assert worker["reward_fn"] == "memrl.rewards.verl_reward.compute_score_async", worker  # loaded by module
+        assert worker["reward_fn"] == "memrl.train.rewards.verl.compute_score_async", worker  # loaded by module
         assert worker["key_ok"], worker
         assert worker["WANDB_MODE"] == "offline"
         assert worker["WANDB_DIR"] == "/from/verl/config"  # the stage folder verl's config names wins
@@ -403,7 +403,7 @@ def test_launch_keeps_the_outcome_reward_of_a_verl_grpo_stage(tmp_path: Path) ->
     ctx = RunContext(recipe, recipe.run_dir, Console(file=io.StringIO()))
     argv = verl_command(recipe.stages["grpo"], ctx, "grpo", dry_run=True).argv
     paths = [a.split("=", 1)[1] for a in argv if a.startswith("reward.custom_reward_function.path=")]
-    assert paths == ["pkg://memrl.envs.collab.outcome_verl"]
+    assert paths == ["pkg://memrl.train.rewards.verl"]
     assert "+ray_kwargs.ray_init.address=auto" in argv
 
 

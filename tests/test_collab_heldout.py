@@ -17,9 +17,9 @@ from memrl.app.stages.heldout import METRICS, heldout_chart, heldout_config, hel
 from memrl.app.stages.registry import kind_of
 from memrl.core.errors import ConfigError
 from memrl.core.stats import paired_difference
-from memrl.envs.collab.rl import episode_rows
 from memrl.envs.collab.runner import select_problems, select_profiles
 from memrl.train.online.config import CollabGRPOStage
+from memrl.train.online.episodes import episode_rows
 from memrl.train.report import merge_report
 
 PREFS = ["terse", "cheerful", "numbered"]

@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
+from memrl.envs.checker import check_episode
 from memrl.envs.collab.agents import AgentKind, AgentMemory, AgentReply
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import AnswerKind, Problem
 from memrl.envs.collab.profiles import UserProfile
 from memrl.envs.collab.session import GREETING, CollabEpisode, SessionSpec, run_session
-from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession, UserSimulator, UserTurn
+from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSession, UserSimulator, UserTurn
 from memrl.envs.episode import PolicyReply, Step, play
-from memrl.rollout.base import Message
+from memrl.rollout.base import Message, SamplingParams
 
 PROBLEM = Problem("arith-x", "arith", "A pen costs $3. How much do 4 pens cost?", "12", AnswerKind.MATH)
 # blunt and three-sentences are checkable: apologies and long replies are violations the rule user enforces.
@@ -133,6 +134,8 @@ def test_turns_alternate_and_only_the_last_step_is_done_and_rewarded(
     assert all(s.reward == {} for s in steps[:-1])
 
     record = episode.record()
+    # the user ending the session is termination, running out of turns truncation
+    assert (final.terminated, final.truncated) == (record["ended_by"] == "user", record["ended_by"] == "max_turns")
     assert final.reward == {name: record[name] for name in ("task_success", "user_effort", "length")}
     assert final.reward["length"] == len(final.observation) == len(record["turns"])
     assert final.info["ended_by"] == record["ended_by"]
@@ -226,4 +229,32 @@ def test_the_original_harness_greets_first_and_grades_the_last_said_draft() -> N
     assert [m["content"] for m in final.observation] == [GREETING, "help", "thinking", "go on", "the answer is 12"]
     assert record["draft_answer"] == "7" and record["task_success"] == 0
     assert record["length"] == 5 and record["ended_by"] == "max_turns"
+    assert final.truncated and not final.terminated
     assert record["parse_failures"]["user"] == 1  # only the opening: the last reaction is never asked for
+
+
+# --- conformance and seeds ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("replies", "max_turns", "original"), [([WRONG, RIGHT], 4, False), ([VIOLATING], 2, True)])
+def test_collab_episodes_with_the_rule_user_conform(replies: list[str], max_turns: int, original: bool) -> None:
+    for seed in (0, 7):
+        episode = CollabEpisode(SPEC, _simulator(), Grader(), max_turns, original)
+        asyncio.run(check_episode(episode, _policy(replies, annotate=True), seed=seed))
+
+
+def _opening(seed: int | None, simulator_seed: int = 0) -> str:
+    episode = CollabEpisode(SPEC, RuleUserSimulator(Grader(), seed=simulator_seed), Grader())
+    return asyncio.run(episode.reset(seed=seed))[0]["content"]
+
+
+def test_a_reset_seed_seeds_the_user_and_none_keeps_the_simulators_seed() -> None:
+    # None plays as before seeds existed: the simulator's own seed (what existing records were written with).
+    assert _opening(None, simulator_seed=5) == _opening(5) == _opening(5, simulator_seed=9)
+    assert len({_opening(seed) for seed in range(12)}) > 1  # the seed reaches the user's phrasing
+    # an LLM user samples with the seed
+    sampling = SamplingParams(temperature=1.0, seed=0)
+    llm = LLMUserSimulator(None, sampling)  # type: ignore[arg-type]  # never asked here
+    assert llm.seeded(11).sampling == SamplingParams(temperature=1.0, seed=11) and llm.sampling.seed == 0
+    scripted = _ScriptedUsers()
+    assert scripted.seeded(3) is scripted  # a simulator that draws nothing plays alike under any seed

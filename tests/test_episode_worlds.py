@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from memrl.envs.checker import check_episode
 from memrl.envs.episode import Step
 from memrl.envs.pahf.agent import AgentKind, MemoryWriter, PahfAgent, PahfEpisode, Task
 from memrl.envs.pahf.config import PahfSampling
@@ -22,7 +23,7 @@ from memrl.envs.pahf.memory import SQLiteMemory
 from memrl.envs.pahf.protocol import ShoppingUser, shopping_options
 from memrl.envs.pahf.shopping import gold
 from memrl.envs.tod.formats import Turn
-from memrl.envs.tod.proactive import ProactiveEpisode, RuleSupervisor, RuleUser, run_proactive
+from memrl.envs.tod.proactive import ProactiveEpisode, RuleSupervisor, RuleUser, as_messages, as_turns, run_proactive
 from memrl.envs.tod.reader import Reply
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 
@@ -49,8 +50,11 @@ def _steps(episode: Any, replies: Sequence[tuple[str, dict[str, Any]]]) -> list[
 
 
 def _done_once(steps: Sequence[Step]) -> Step:
-    """`done` on the last step only, reward parts on the last step only; returns it."""
+    """`done` on the last step only (terminated or truncated, never both), reward parts on the last step only;
+    returns it."""
     assert [s.done for s in steps] == [False] * (len(steps) - 1) + [True]
+    assert not any(s.terminated or s.truncated for s in steps[:-1])
+    assert steps[-1].terminated != steps[-1].truncated
     assert all(s.reward == {} for s in steps[:-1])
     return steps[-1]
 
@@ -98,7 +102,11 @@ def test_proactive_episode_stepped_by_hand_is_the_runner(script: list[Reply], ma
     assert [s.info["outstanding"] for s in steps] == outcome.outstanding
     # The observation is the context and the loop's turns; the reader saw each step's turns before replying.
     everything = [*CONTEXT, *outcome.turns]
-    assert last.observation == [{"role": t.speaker, "content": t.utterance} for t in everything]
+    assert last.observation == as_messages(everything) and as_turns(last.observation) == everything
+    assert [m["content"] for m in last.observation] == [t.utterance for t in everything]
+    # ... each message with its turn's annotation, which the reader reads back from the observation
+    assert [m.get("slots", {}) for m in last.observation] == [t.slots for t in everything]
+    assert last.terminated == outcome.success and last.truncated == (not outcome.success)
     assert all(s.observation[-1]["role"] == "user" for s in steps[:-1])
     assert seen[1:] == [[t for t in outcome.turns[: 2 * i]] for i in range(1, len(script))]
     assert episode.record()["turns"] == [t.model_dump(exclude_defaults=True) for t in outcome.turns]
@@ -115,13 +123,17 @@ def test_proactive_episode_outcomes() -> None:
     episode = ProactiveEpisode(CONTEXT, GOAL, RuleUser(), RuleSupervisor(), 2)
     last = _steps(episode, [(r.text, {}) for r in STUCK])[-1]
     assert last.info["ended_by"] == "max_turns" and last.reward == {"success": 0.0, "dte": 2.0}
+    assert last.truncated and not last.terminated  # the turn limit cut it
 
 
 def test_proactive_episode_is_strict() -> None:
     episode = ProactiveEpisode(CONTEXT, GOAL, RuleUser(), RuleSupervisor(), 1)
     with pytest.raises(RuntimeError, match="reset"):
         _run(episode.step("hello"))
-    assert _run(episode.reset()) == [{"role": t.speaker, "content": t.utterance} for t in CONTEXT]
+    assert _run(episode.reset()) == [
+        {"role": "user", "content": CONTEXT[0].utterance, "slots": {"city": "San Jose"}},
+        {"role": "assistant", "content": CONTEXT[1].utterance},
+    ]
     with pytest.raises(TypeError, match="retrieved"):
         _run(episode.step("hello", retrieved="x"))
     with pytest.raises(RuntimeError, match="outcome"):
@@ -273,3 +285,31 @@ def test_pahf_episode_is_strict() -> None:
     assert _run(episode.step(RIGHT)).done
     with pytest.raises(RuntimeError, match="over"):
         _run(episode.step(RIGHT))
+
+
+# --- conformance -------------------------------------------------------------------------------------------------
+
+
+def _scripted_reader(script: Sequence[Reply]) -> Any:
+    """A policy of the observation: the reply of the script for the number of assistant turns after the context."""
+
+    async def policy(observation: list[Any]) -> Any:
+        said = sum(m["role"] == "assistant" for m in observation[len(CONTEXT) :])
+        reply = script[min(said, len(script) - 1)]
+        return reply.text, _tod_annotations(reply)
+
+    return policy
+
+
+@pytest.mark.parametrize(("script", "max_turns"), [(FIXES, 10), (STUCK, 2)])
+def test_proactive_episodes_conform(script: list[Reply], max_turns: int) -> None:
+    episode = ProactiveEpisode(CONTEXT, GOAL, RuleUser(), RuleSupervisor(), max_turns)
+    _run(check_episode(episode, _scripted_reader(script)))
+
+
+@pytest.mark.parametrize(("decisions", "learning"), [([ASK, RIGHT], True), ([WRONG], True), ([ASK], False)])
+def test_pahf_episodes_conform(decisions: list[str], learning: bool) -> None:
+    async def policy(observation: list[Any]) -> str:
+        return decisions[min(sum(m["role"] == "assistant" for m in observation), len(decisions) - 1)]
+
+    _run(check_episode(PahfEpisode(TASK, USER, learning), policy))

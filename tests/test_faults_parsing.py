@@ -262,7 +262,7 @@ def test_llm_reader_counts_empty_replies_and_keeps_any_other_text() -> None:
 
 @pytest.fixture(scope="module")
 def tod_plans() -> tuple[Any, list[Any]]:
-    from memrl.data_gen.tod import TodDataConfig, load_source, plan_from
+    from memrl.data_gen.tod.dataset import TodDataConfig, load_source, plan_from
     from memrl.envs.tod.schema import load_schemas
 
     plans = plan_from(load_source(SGD), TodDataConfig(str(SGD), 6))
@@ -272,7 +272,7 @@ def tod_plans() -> tuple[Any, list[Any]]:
 
 @CASES
 def test_llm_writer_counts_malformed_sessions_and_templates_them(text: str, tod_plans: tuple[Any, list[Any]]) -> None:
-    from memrl.envs.tod.writers import LLMWriter, TemplateWriter
+    from memrl.data_gen.tod.session_writers import LLMWriter, TemplateWriter
 
     schemas, chosen = tod_plans
     writer = LLMWriter(Scripted(text), schemas)

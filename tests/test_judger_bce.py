@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memrl.rewards import auto_pos_weight, judger_bce
+from memrl.train.judger.bce import auto_pos_weight, judger_bce
 
 
 def reference(logits: torch.Tensor, labels: torch.Tensor, w: float = 1.0) -> torch.Tensor:

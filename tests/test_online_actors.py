@@ -19,11 +19,13 @@ from test_online_collab import _FailingSession
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile
-from memrl.envs.collab.rl import CollabEpisodes, CollabRLConfig, collab_episodes, episode_rows, policy_view
+from memrl.envs.collab.rows import CollabEpisodes, policy_view
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession, UserSimulator, UserTurn
 from memrl.envs.episode_actors import ActorEpisodes
 from memrl.envs.online import EpisodeSource
 from memrl.train.online.chat_tokens import TurnTokens
+from memrl.train.online.config import CollabRLConfig
+from memrl.train.online.episodes import collab_episodes, episode_rows
 from memrl.train.online.rollout import Generate, Player, Trajectory
 
 pytestmark = pytest.mark.slow  # every test here starts Ray actors

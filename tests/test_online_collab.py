@@ -20,14 +20,17 @@ from memrl.core.errors import BackendError
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import AnswerKind, Problem
 from memrl.envs.collab.profiles import UserProfile
-from memrl.envs.collab.rl import CollabEpisodes, CollabRLConfig, episode_rows, policy_view, read_reply
+from memrl.envs.collab.rows import CollabEpisodes, policy_view, read_reply
 from memrl.envs.collab.runner import select_profiles
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession, UserSimulator, UserTurn
-from memrl.rewards.collab_outcome import PARTS, outcome_parts, preference_share, reward_funcs
+from memrl.rewards.collab_episode import PARTS, episode_parts, preference_share
 from memrl.rollout.base import Message
 from memrl.train.online.chat_tokens import TurnTokens
+from memrl.train.online.config import CollabRLConfig
+from memrl.train.online.episodes import episode_rows
 from memrl.train.online.rollout import Player
 from memrl.train.online.trl_rollout import EpisodeRollout
+from memrl.train.rewards.trl import episode_funcs
 
 MAX_TURNS = 3
 REPLY_TOKENS = 12
@@ -92,7 +95,7 @@ def trainer(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
         warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
         trainer = GRPOTrainer(
             model=tiny_qwen2,
-            reward_funcs=[*reward_funcs()],
+            reward_funcs=[*episode_funcs()],
             args=args,
             train_dataset=Dataset.from_dict({"prompt": episode_rows(ENV)}),
             processing_class=tokenizer,
@@ -200,9 +203,9 @@ def test_reward_parts_follow_the_episode_record() -> None:
         ],
     }
     # One of three preferences broken in the first reply, none in the second: (2/3 + 1) / 2.
-    assert outcome_parts(record) == {"task_success": 1.0, "user_effort": -1.0, "preference": 5 / 6, "length": -5.0}
+    assert episode_parts(record) == {"task_success": 1.0, "user_effort": -1.0, "preference": 5 / 6, "length": -5.0}
     assert preference_share({"turns": record["turns"][:2]}) is None  # no reaction yet: TRL sums the other parts
-    funcs = reward_funcs()
+    funcs = episode_funcs()
     assert [f.__name__ for f in funcs] == list(PARTS)
     logged: list[tuple[str, float]] = []
     rewards = [f([None, None], episode=[record, None], episode_status=["done", "failed"]) for f in funcs]
@@ -282,7 +285,7 @@ def test_collaborator_quickstart_smoke_trains_and_logs_every_part(memrl_cli: Any
         played = [e["record"] for e in episodes if e["step"] == row["step"] and e["status"] == "done"]
         assert played
         for part in ("task_success", "user_effort", "length"):  # what TRL logged is what the users lived
-            assert row[f"rewards/{part}/mean"] == pytest.approx(fmean(outcome_parts(r)[part] for r in played))
+            assert row[f"rewards/{part}/mean"] == pytest.approx(fmean(episode_parts(r)[part] for r in played))
     # collab_heldout: base and trained played the same held-out sessions greedily, paired into report.json
     heldout = json.loads((tmp_path / "report.json").read_text())["heldout"]
     assert {"n", "unpaired", "base", "trained", "delta", "ci95"} <= set(heldout)
@@ -315,7 +318,7 @@ def test_dr_grpo_normaliser_is_the_same_on_trl_and_verl(tiny_qwen2: str, tmp_pat
         warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
         trainer = GRPOTrainer(
             model=tiny_qwen2,
-            reward_funcs=[*reward_funcs()],
+            reward_funcs=[*episode_funcs()],
             args=GRPOConfig(**grpo_args(stage, ctx)),
             train_dataset=Dataset.from_dict({"prompt": episode_rows(ENV)}),
             rollout_func=lambda prompts, trainer: {},  # never called: only the trainer's set-up is read

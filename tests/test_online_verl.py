@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from memrl.envs.collab.rl import CollabRLConfig, episode_rows
-from memrl.rewards.collab_outcome import PARTS, OutcomeWeights
+from memrl.rewards.collab_episode import PARTS, EpisodeRewardWeights
 from memrl.rollout.config import OpenAIModelConfig
-from memrl.train.online.config import CollabGRPOStage
+from memrl.train.online.config import CollabGRPOStage, CollabRLConfig
+from memrl.train.online.episodes import episode_rows
 from memrl.train.online.verl_data import AGENT_NAME, USER_KEY_ENV, LoopSettings, agent_rows, write_rows
 
 pytest.importorskip("verl")
 
 REPLY_TOKENS = 12
 ENV = CollabRLConfig(users=2, sessions=1, max_turns=3, agent="oracle", seed=0)
-WEIGHTS = OutcomeWeights(task_success=1.0, user_effort=0.2, preference=0.5, length=0.02)
+WEIGHTS = EpisodeRewardWeights(task_success=1.0, user_effort=0.2, preference=0.5, length=0.02)
 
 
 class HFServer:
@@ -189,8 +189,8 @@ def test_an_episode_over_its_budget_scores_nan_and_is_left_out(tiny_qwen2: str, 
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
     from verl.trainer.ppo.reward import extract_reward
 
-    import memrl.rewards.verl_advantage  # noqa: F401  registers memrl_grpo
-    from memrl.rewards.verl_reward import ADV_ESTIMATOR
+    import memrl.train.rewards.advantage  # noqa: F401  registers memrl_grpo
+    from memrl.train.rewards.verl import ADV_ESTIMATOR
 
     # room for one reply and the user's answer, not for a second reply
     output, _, _ = rollout(tiny_qwen2, tmp_path, stage(max_episode_tokens=2 * REPLY_TOKENS + 8))
@@ -240,7 +240,7 @@ def test_the_7b_recipe_dry_run_prints_the_checked_command(
     assert code == 0, err[-2000:]
     text = out + err
     assert "-m memrl.train.verl_main" in text and "actor_rollout_ref.rollout.mode=async" in text
-    assert "memrl.rewards.verl_advantage,memrl.train.online.verl_agent_loop" in text
+    assert "memrl.train.rewards.advantage,memrl.train.online.verl_agent_loop" in text
     assert f"data.train_files={run}/collab/data/train.parquet" in text
     assert "trainer.n_gpus_per_node=4" in text  # the user model keeps GPUs 4-7 (placement)
     assert "actor_rollout_ref.rollout.name=vllm" in text
@@ -263,7 +263,7 @@ def test_the_7b_recipe_composes_against_verl() -> None:
     modules = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES
     assert modules.split(",") == [
         "memrl.train.verl_compat",
-        "memrl.rewards.verl_advantage",
+        "memrl.train.rewards.advantage",
         "memrl.train.online.verl_agent_loop",
     ]
 
@@ -309,8 +309,8 @@ def test_a_v1_step_computes_its_metrics_and_dumps_the_reward_parts(tiny_qwen2: s
     from verl.utils import tensordict_utils as tu
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-    import memrl.rewards.verl_advantage
-    import memrl.train.online.verl_agent_loop  # noqa: F401
+    import memrl.train.online.verl_agent_loop
+    import memrl.train.rewards.advantage  # noqa: F401
     from memrl.train.online.verl_overrides import collab_overrides
     from memrl.train.online.verl_rollouts import rollout_history
     from memrl.train.verl_validate import PPO_CONFIG, compose

@@ -21,16 +21,17 @@ from conftest import ReflectionRows
 from memrl.core.preferences import TAXONOMY, get_preference
 from memrl.data_gen.gold import compose_notes
 from memrl.envs.collab.checkers import TurnContext, Verdict, check
-from memrl.envs.collab.next_session import NextSessionRow, NextSessionScorer, load_rows
-from memrl.envs.collab.outcome_trl import FAILED_METRIC, outcome_reward_func
+from memrl.envs.collab.next_session import NextSessionRow, load_rows
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile, sample_profiles
 from memrl.envs.collab.scripted_agent import NoteFollowingAgent, compose_reply, stated_preferences
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession
-from memrl.rewards.config import OutcomeRewardConfig, RewardConfig
+from memrl.rewards.config import NextSessionRewardConfig, RewardConfig
 from memrl.rollout.base import Message
-from memrl.train.outcome_reward import grpo_rewards, outcome_report, spearman
 from memrl.train.report import write_report
+from memrl.train.rewards.next_session import NextSessionScorer
+from memrl.train.rewards.next_session_eval import outcome_report, spearman
+from memrl.train.rewards.trl import FAILED_METRIC, grpo_rewards, next_session_func
 
 PROFILES = sample_profiles(16, seed=7)
 ROWS = [NextSessionRow(f"{p.id}/s0", p.id, p.preferences, "arith", "none", 0) for p in PROFILES]
@@ -148,7 +149,7 @@ def test_a_failed_agent_gives_none() -> None:
 
 def test_trl_adapter_is_async_and_gives_one_value_per_completion() -> None:
     rows = {r.key: r for r in ROWS[:3]}
-    func = outcome_reward_func(scorer(), rows)
+    func = next_session_func(scorer(), rows)
     assert inspect.iscoroutinefunction(func) and func.__name__ == "outcome"
     keys = [r.key for r in ROWS[:3] for _ in range(2)]
     completions = [
@@ -168,7 +169,7 @@ def test_grpo_rewards_mix_the_outcome_in_with_its_weight(tmp_path: Path, reflect
     data = reflection_rows(ROWS[:2])
     plain_funcs, plain_weights = grpo_rewards(RewardConfig(), data)
     assert [f.__name__ for f in plain_funcs] == ["coverage", "format"] and plain_weights == [1.0, 1.0]
-    cfg = RewardConfig(outcome=OutcomeRewardConfig(weight=0.5, agent={"backend": "hf", "model": "tiny-qwen2"}))
+    cfg = RewardConfig(outcome=NextSessionRewardConfig(weight=0.5, agent={"backend": "hf", "model": "tiny-qwen2"}))
     funcs, weights = grpo_rewards(cfg, data)
     assert [f.__name__ for f in funcs] == ["coverage", "format", "outcome"] and weights == [1.0, 1.0, 0.5]
     assert set(load_rows(data)) == {r.key for r in ROWS[:2]}
@@ -195,7 +196,7 @@ def test_agreement_with_the_judge_goes_into_the_report(tmp_path: Path, reflectio
             prefs = {"faithful": row.preferences, "half": row.preferences[:1], "empty": ()}[kind]
             lines.append({"key": row.key, "completion": reflection(compose_notes(prefs)), "coverage": coverage})
         (eval_dir / label / "scores.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    outcome = outcome_report(OutcomeRewardConfig(), data, eval_dir, ["base", "grpo"], scorer=scorer())
+    outcome = outcome_report(NextSessionRewardConfig(), data, eval_dir, ["base", "grpo"], scorer=scorer())
     agreement = outcome["outcome_agreement"]
     print(f"agreement with the coverage judge (scripted agent): {agreement}")
     assert agreement["n"] == 12 and outcome["failures"] == 0
@@ -206,10 +207,10 @@ def test_agreement_with_the_judge_goes_into_the_report(tmp_path: Path, reflectio
 
 
 def test_verl_adapter_returns_score_and_parts(tmp_path: Path, reflection_rows: ReflectionRows, tiny_qwen2: str) -> None:
-    from memrl.envs.collab.outcome_verl import compute_score, compute_score_async
+    from memrl.train.rewards.verl import compute_score, compute_score_async
 
     data = reflection_rows(ROWS[:2])
-    outcome = OutcomeRewardConfig(
+    outcome = NextSessionRewardConfig(
         weight=0.5, agent={"backend": "hf", "model": tiny_qwen2}, sampling={"max_tokens": 8}, data=str(data)
     )
     kwargs = {"reward_config": RewardConfig(outcome=outcome).model_dump_json()}
@@ -238,7 +239,7 @@ def test_a_verl_stage_scores_with_the_outcome_reward_its_overrides_name(
 
     data = reflection_rows(ROWS[:2])
     agent = {"backend": "openai", "model": "m", "endpoint": "http://127.0.0.1:9/v1", "api_key": "sk-outcome-secret"}
-    outcome = OutcomeRewardConfig(weight=0.5, agent=agent, sampling={"max_tokens": 8})
+    outcome = NextSessionRewardConfig(weight=0.5, agent=agent, sampling={"max_tokens": 8})
     stage = GRPOStage(kind="grpo", trainer="verl", model="policy", data="data", reward=RewardConfig(outcome=outcome))
     overrides = verl_launch.grpo_overrides(stage, model_path="m", data_dir=data, out_dir=tmp_path / "o", experiment="x")
     assert "sk-outcome-secret" not in " ".join(overrides)
@@ -246,13 +247,12 @@ def test_a_verl_stage_scores_with_the_outcome_reward_its_overrides_name(
     verl_launch.validate_overrides(verl_launch.PPO_CONFIG, overrides)  # verl's own config accepts them
     cfg = verl_launch.compose(verl_launch.PPO_CONFIG, overrides)
     function = cfg.reward.custom_reward_function
-    assert function.path == "pkg://memrl.envs.collab.outcome_verl" and function.name == "compute_score_async"
+    assert function.path == "pkg://memrl.train.rewards.verl" and function.name == "compute_score_async"
     kwargs = dict(function.reward_kwargs)
     assert kwargs["outcome"]["data"] == str(data) and kwargs["outcome"]["agent"]["api_key"] is None
 
     # What verl calls, on a verl row of the reflection data; the agent swapped for a local tiny model.
-    from memrl.envs.collab.outcome_verl import compute_score
-    from memrl.rewards.verl_reward import reward_config
+    from memrl.train.rewards.verl import compute_score, reward_config
 
     kwargs["outcome"] = dict(kwargs["outcome"]) | {"agent": {"backend": "hf", "model": tiny_qwen2}}
     assert reward_config(kwargs).outcome is not None

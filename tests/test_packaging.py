@@ -191,7 +191,7 @@ VERL_MODULES = (
     "verl.checkpoint_engine",
     "verl.trainer.sft_trainer",
     "verl.trainer.sft_trainer_ray",
-    "memrl.rewards.verl_advantage",
+    "memrl.train.rewards.advantage",
     "memrl.train.online.verl_agent_loop",
     "memrl.train.verl_validate",
 )

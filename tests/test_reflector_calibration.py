@@ -12,12 +12,13 @@ from conftest import ReflectionRows
 
 from memrl.core.preferences import TAXONOMY, get_preference
 from memrl.envs.collab.agents import oracle_notes
-from memrl.envs.collab.next_session import NextSessionRow, NextSessionScorer, wrong_preferences
+from memrl.envs.collab.next_session import NextSessionRow, wrong_preferences
 from memrl.envs.collab.profiles import sample_profiles
 from memrl.envs.collab.scripted_agent import NoteFollowingAgent
-from memrl.rewards.config import OutcomeRewardConfig
-from memrl.train.outcome_reward import CALIBRATION_FILE, by_user, outcome_report, rank_reflectors
+from memrl.rewards.config import NextSessionRewardConfig
 from memrl.train.report import write_report
+from memrl.train.rewards.next_session import NextSessionScorer
+from memrl.train.rewards.next_session_eval import CALIBRATION_FILE, by_user, outcome_report, rank_reflectors
 
 LABELS = ("base", "sft", "grpo")
 
@@ -128,7 +129,7 @@ def test_a_note_follower_passes_the_calibration_and_ranks_the_models(
     name every preference comes first."""
     data, eval_dir = _eval_dir(tmp_path, ROWS, reflection_rows)
     scorer = NextSessionScorer(NoteFollowingAgent(), max_turns=2)
-    out = outcome_report(OutcomeRewardConfig(), data, eval_dir, list(LABELS), scorer=scorer, resamples=500)
+    out = outcome_report(NextSessionRewardConfig(), data, eval_dir, list(LABELS), scorer=scorer, resamples=500)
     print(f"calibration, scripted note follower, {len(ROWS)} users: {out['calibration']}")
     assert out["calibration"]["can_rank"] is True and out["calibration"]["wrong_minus_empty"] <= 0
     assert out["ranking"][0] == "grpo" and out["pass_rate"]["grpo"] > out["pass_rate"]["base"]
@@ -144,7 +145,7 @@ def test_outcome_keys_with_a_real_tiny_reader(tmp_path: Path, reflection_rows: R
     """A real model reads the notes (the transformers backend, a few tokens): every session is played, the report has
     every key whatever the model does."""
     data, eval_dir = _eval_dir(tmp_path, ROWS[:2], reflection_rows)
-    cfg = OutcomeRewardConfig.model_validate(
+    cfg = NextSessionRewardConfig.model_validate(
         {"agent": {"backend": "hf", "model": tiny_qwen2}, "sampling": {"max_tokens": 8}}
     )
     out = outcome_report(cfg, data, eval_dir, list(LABELS), resamples=200)
@@ -166,7 +167,7 @@ def test_one_row_per_user_and_at_most_the_users_asked_for(tmp_path: Path, reflec
     ]
     data, eval_dir = _eval_dir(tmp_path, rows, reflection_rows)
     scorer = NextSessionScorer(NoteFollowingAgent(), max_turns=1)
-    out = outcome_report(OutcomeRewardConfig(), data, eval_dir, list(LABELS), scorer=scorer, users=3, resamples=100)
+    out = outcome_report(NextSessionRewardConfig(), data, eval_dir, list(LABELS), scorer=scorer, users=3, resamples=100)
     played = [json.loads(line)["key"] for line in (eval_dir / CALIBRATION_FILE).read_text().splitlines()]
     assert played == [f"{r.user_id}/s0" for r in ROWS[:3]] and out["n"] == 3
     assert len((eval_dir / "grpo" / "outcome_scores.jsonl").read_text().splitlines()) == 3

@@ -1,14 +1,20 @@
-"""`memrl reward score` through typer's CliRunner on `reward_app`."""
+"""`memrl reward score` through typer's CliRunner on `reward_app`; `memrl reward list` through the CLI."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 from pathlib import Path
 
+from conftest import MemrlCLI
 from typer.testing import CliRunner
 
 from memrl.app.cli.reward import reward_app
 from memrl.core.errors import ConfigError
+from memrl.rewards.collab_episode import PARTS
+from memrl.rewards.config import LengthPenaltyConfig, RewardConfig
+from memrl.rewards.registry import REWARDS
 
 REFLECTION = {
     "user_preferences_reasoning": "The user asked twice for a different format.",
@@ -46,3 +52,38 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(reward_app, args)
     assert isinstance(result.exception, ConfigError)
     assert str(result.exception) == f"reflection file not found: {tmp_path / 'nope.json'}"
+
+
+def test_reward_list_shows_every_reward_with_its_parts_and_needs(memrl_cli: MemrlCLI) -> None:
+    listing = memrl_cli("reward", "list", env={**os.environ, "COLUMNS": "200"})
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert [[c.strip() for c in line.split("┃")[1:-1]] for line in lines if "┃" in line] == [
+        ["name", "parts", "needs", "what"]
+    ]
+    named: dict[str, list[list[str]]] = {}  # a wrapped row continues on lines with an empty name
+    for row in ([c.strip() for c in line.split("│")[1:-1]] for line in lines if "│" in line):
+        if row[0]:
+            named[row[0]] = [[] for _ in row]
+        for column, text in zip(list(named.values())[-1], row, strict=True):
+            column += [text] if text else []
+    assert list(named) == list(REWARDS)
+    for name, entry in REWARDS.items():
+        assert [" ".join(column) for column in named[name][1:3]] == [", ".join(entry.parts), entry.needs]
+    rows = [json.loads(line) for line in memrl_cli("reward", "list", "--json", check=True).stdout.splitlines()]
+    assert [r["name"] for r in rows] == ["coverage", "format", "length", "next_session", "collab_episode"]
+    assert rows[3]["parts"] == ["outcome"] and rows[4]["parts"] == list(PARTS)
+
+
+def test_registry_factories_resolve_and_parts_are_what_the_trainers_produce() -> None:
+    from memrl.envs.collab.scripted_agent import NoteFollowingAgent
+    from memrl.train.rewards.next_session import NextSessionScorer
+    from memrl.train.rewards.trl import episode_funcs, next_session_func, reward_funcs
+
+    for entry in REWARDS.values():
+        module, _, attribute = entry.factory.partition(":")
+        assert callable(getattr(importlib.import_module(module), attribute)), entry.factory
+    judged = [f.__name__ for f in reward_funcs(RewardConfig(length_penalty=LengthPenaltyConfig()))]
+    assert judged == [p for name in ("coverage", "format", "length") for p in REWARDS[name].parts]
+    assert [f.__name__ for f in episode_funcs()] == list(REWARDS["collab_episode"].parts)
+    assert (next_session_func(NextSessionScorer(NoteFollowingAgent()), {}).__name__,) == REWARDS["next_session"].parts

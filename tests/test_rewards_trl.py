@@ -11,10 +11,10 @@ from trl.trainer.utils import is_async_callable
 from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
 from memrl.rewards.offline_judge import OfflineJudge
 from memrl.rewards.reward import RewardScorer
-from memrl.rewards.trl_reward import reward_funcs, reward_weights
 from memrl.rewards.types import GroundTruth
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.serve import free_port
+from memrl.train.rewards.trl import reward_funcs, reward_weights
 
 TRUTH = GroundTruth(("Put that in bullet points.", "End with a one-line TL;DR.")).to_json()
 GOOD = json.dumps(

@@ -18,8 +18,8 @@ import torch
 from memrl.core.errors import ConfigError
 from memrl.rewards.config import JudgeConfig, RewardConfig
 from memrl.rewards.types import GroundTruth
-from memrl.rewards.verl_reward import compute_score, get_scorer, reward_config
 from memrl.rollout.serve import free_port
+from memrl.train.rewards.verl import compute_score, get_scorer, reward_config
 
 verl = pytest.importorskip("verl")
 
@@ -82,7 +82,7 @@ def score_through_verl(tokenizer: Any, name: str, reward_kwargs: dict[str, Any],
         {
             "reward": {
                 "custom_reward_function": {
-                    "path": "pkg://memrl.rewards.verl_reward",
+                    "path": "pkg://memrl.train.rewards.verl",
                     "name": name,
                     "reward_kwargs": reward_kwargs,
                 },

@@ -11,7 +11,10 @@ import pytest
 from conftest import MemrlCLI
 
 from memrl.core.errors import MemrlError
-from memrl.data_gen.tod import TodDataConfig, build_tod_dataset, load_source, plan_from
+from memrl.data_gen.tod.dataset import TodDataConfig, build_tod_dataset, load_source, plan_from
+from memrl.data_gen.tod.goals import extract_goals
+from memrl.data_gen.tod.plan import IndividualPlan, SessionPlan
+from memrl.data_gen.tod.session_writers import MIN_TURNS, LLMWriter, TemplateWriter, Written
 from memrl.envs.tod.formats import (
     NEITHER,
     Individual,
@@ -21,7 +24,6 @@ from memrl.envs.tod.formats import (
     load_individual,
     load_tod_dir,
 )
-from memrl.envs.tod.generate import MIN_TURNS, IndividualPlan, SessionPlan
 from memrl.envs.tod.memory import (
     LLMMemoryBuilder,
     TemplateMemoryBuilder,
@@ -30,9 +32,8 @@ from memrl.envs.tod.memory import (
 )
 from memrl.envs.tod.reasoning import filled_slots, schema_intent_query, schema_missing_slots
 from memrl.envs.tod.schema import Schemas, TodDataError, load_schemas
-from memrl.envs.tod.sgd import dialogue_files, extract_goals
+from memrl.envs.tod.sgd import dialogue_files
 from memrl.envs.tod.values import mentions
-from memrl.envs.tod.writers import LLMWriter, TemplateWriter, Written
 from memrl.rollout.base import ChatBackend, SamplingParams
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -116,7 +116,7 @@ def test_grpo_overrides_carry_the_recipe() -> None:
     assert (got["trainer.nnodes"], got["trainer.n_gpus_per_node"]) == ("1", "8")
     assert (got["trainer.project_name"], got["trainer.experiment_name"]) == ("memrl", "qwen")
     # Issue 25.11: by module always (reward workers sit on every node), local mode included.
-    assert got["reward.custom_reward_function.path"] == "pkg://memrl.rewards.verl_reward"
+    assert got["reward.custom_reward_function.path"] == "pkg://memrl.train.rewards.verl"
     assert got["reward.custom_reward_function.name"] == "compute_score_async"
     assert "actor_rollout_ref.model.lora_rank" not in got  # lora: null is full fine-tuning
 
@@ -246,7 +246,7 @@ def test_a_vllm_judge_is_hosted_by_verl_on_the_training_gpus() -> None:
     now verl's generative reward model, colocated on every training GPU, reached through verl's reward router."""
     import types
 
-    from memrl.rewards.verl_reward import reward_config
+    from memrl.train.rewards.verl import reward_config
 
     stage = table5_grpo(reward=RewardConfig.model_validate(VERL_JUDGE))
     overrides = grpo(stage)
@@ -298,7 +298,7 @@ def test_reward_config_reaches_the_reward_adapter_through_verl() -> None:
     from omegaconf import OmegaConf
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    from memrl.rewards.verl_reward import compute_score_async, reward_config
+    from memrl.train.rewards.verl import compute_score_async, reward_config
 
     recipe = LLM_JUDGE | {"coverage_weight": 2.0, "length_penalty": {"budget": 120}}
     recipe["judge"] = recipe["judge"] | {"cache_dir": "/tmp/judge cache, it's \\'here'"}
@@ -406,7 +406,7 @@ def test_ray_job_submit_names_secrets_by_reference(tmp_path: Path) -> None:
         "WANDB_API_KEY": "${WANDB_API_KEY}",
     }
     # On a cluster the reward function is imported by module name, not by a path of this machine.
-    assert as_dict(overrides)["reward.custom_reward_function.path"] == "pkg://memrl.rewards.verl_reward"
+    assert as_dict(overrides)["reward.custom_reward_function.path"] == "pkg://memrl.train.rewards.verl"
     printed = verl_launch.format_command(argv)
     assert "s3cret" not in printed and "sk-not-in-the-command" not in printed
     assert printed.splitlines()[1].strip().startswith("algorithm.adv_estimator=memrl_grpo")

@@ -75,7 +75,7 @@ def test_runtime_env_composes_job_forwarded_verl_and_config(monkeypatch: pytest.
     assert env["MEMRL_UNSCORED"] == ENVIRON["MEMRL_UNSCORED"]
     assert env["VLLM_LOGGING_LEVEL"] == "WARN"  # verl's default
     assert env["WANDB_DIR"] == "/runs/r/grpo"  # the config's (the stage folder) over the job's and this process's
-    assert env["VERL_USE_EXTERNAL_MODULES"] == "memrl.train.verl_compat,memrl.rewards.verl_advantage"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == "memrl.train.verl_compat,memrl.train.rewards.advantage"
     assert "PATH" not in env and "OPENAI_API_KEY" not in env
     assert "working_dir" not in kwargs["runtime_env"]  # inside a job, the job's working dir stays
     assert SECRET not in OmegaConf.to_yaml(cfg)  # verl prints its config: never the key

@@ -87,7 +87,7 @@ VERL_PANELS: dict[str, dict[str, str]] = {
     "loss": {"train loss": "train/loss", "eval loss": "val/loss"},
     "learning rate": {"lr": "train/lr"},
 }
-# The reward and its parts on the validation set (memrl.rewards.verl_reward's keys): verl logs the reward function's
+# The reward and its parts on the validation set (memrl.train.rewards.verl's keys): verl logs the reward function's
 # extra keys only for validation, as `val-core|val-aux/<data source>/<name>/mean@<n>`.
 REWARD_PARTS = ("reward", "coverage", "format", "length_penalty")
 _VAL = re.compile(r"^val-(?:core|aux)/(?P<source>[^/]+)/(?P<name>[^/]+)/mean@(?P<n>\d+)$")

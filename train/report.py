@@ -61,7 +61,7 @@ def write_report(
     outcome: dict[str, Any] | None = None,
 ) -> Path:
     """`report.json`: per model label its held-out metrics, and each label's score gain over the one before; with
-    `outcome` (train/outcome_reward.py::outcome_report), the next-session evaluation of the held-out notes."""
+    `outcome` (train/rewards/next_session_eval.py), the next-session evaluation of the held-out notes."""
     labels = list(results)
     gains = {
         f"{after}_minus_{before}": _diff(results[after].get("score"), results[before].get("score"))

@@ -78,7 +78,7 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from memrl.train.outcome_reward import grpo_rewards
+    from memrl.train.rewards.trl import grpo_rewards
 
     endpoints = stage_endpoints(stage)
     require_reachable(endpoints)  # a dead judge fails here, in seconds, not as a run of advantage-0 steps

@@ -26,11 +26,11 @@ from memrl.core.errors import ConfigError
 from memrl.core.secrets import redact
 from memrl.rewards.config import UnscoredStop
 from memrl.rewards.unscored import unscored_env
-from memrl.rewards.verl_reward import JUDGE_KEY_ENV, OUTCOME_KEY_ENVS
 from memrl.rollout.probe import Endpoint, is_local
 from memrl.train import launch, ray_jobs
 from memrl.train.config import ClusterConfig, GRPOStage
 from memrl.train.endpoints import stage_endpoints
+from memrl.train.rewards.verl import JUDGE_KEY_ENV, OUTCOME_KEY_ENVS
 from memrl.train.verl_main import FORWARD_PREFIXES
 from memrl.train.verl_overrides import MODULES_ENV
 

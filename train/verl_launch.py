@@ -7,6 +7,7 @@ passes by reference, running and logging).
 
 from __future__ import annotations
 
+from memrl.train.rewards.verl import REWARD_MODULE, reward_path
 from memrl.train.verl_command import (
     ENV_PASSTHROUGH,
     JUDGE_KEY_ENV,
@@ -27,12 +28,10 @@ from memrl.train.verl_overrides import (
     LOSS_AGG_MODE,
     REWARD_FUNCTION,
     REWARD_KWARGS,
-    REWARD_MODULE,
     Logger,
     grpo_overrides,
     hydra_value,
     reward_kwargs,
-    reward_path,
     reward_workers,
     sft_overrides,
     verl_modules,

@@ -13,17 +13,15 @@ from typing import Any, Literal, Protocol
 from memrl.core.errors import ConfigError
 from memrl.core.secrets import redact, register, url_credentials
 from memrl.rewards.config import JudgeConfig
-from memrl.rewards.verl_reward import ADV_ESTIMATOR, ADV_MODULE
 from memrl.rollout.config import VLLMModelConfig
 from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, SFTStage
 from memrl.train.endpoints import stage_endpoints
 from memrl.train.placement import Placement, rollout_tp, trainer_cluster
+from memrl.train.rewards.verl import ADV_ESTIMATOR, ADV_MODULE, reward_path
 from memrl.train.verl_metrics import tracking_env
 
 Logger = Literal["wandb", "console"]
 
-REWARD_MODULE = "memrl.rewards.verl_reward"
-OUTCOME_REWARD_MODULE = "memrl.envs.collab.outcome_verl"  # the judge reward plus the next-session outcome
 # The async variant: verl's reward loop awaits it, and concurrent samples share one judge batch.
 REWARD_FUNCTION = "compute_score_async"
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs"
@@ -105,16 +103,6 @@ def _loggers(logger: Logger) -> list[str]:
     return ["console", "file", "wandb"] if logger == "wandb" else ["console", "file"]
 
 
-def reward_module(stage: GRPOStage) -> str:
-    return REWARD_MODULE if stage.reward.outcome is None else OUTCOME_REWARD_MODULE
-
-
-def reward_path(module: str = REWARD_MODULE) -> str:
-    """Where verl loads compute_score from: always the importable module (`pkg://`), since verl's reward workers sit
-    on every node of the run, where a file path of this node may not exist."""
-    return f"pkg://{module}"
-
-
 # --- concurrency over verl's workers ----------------------------------------------------------------------------
 
 
@@ -155,7 +143,7 @@ def reward_workers(stage: GRPOStage) -> int:
 
 
 def reward_kwargs(stage: GRPOStage, data_dir: Path | None = None) -> dict[str, Any]:
-    """What verl passes to every reward call (`reward_kwargs`, read by memrl.rewards.verl_reward): the judge as a
+    """What verl passes to every reward call (`reward_kwargs`, read by memrl.train.rewards.verl): the judge as a
     full JudgeConfig mapping (or, for a judge verl hosts, `judge: llm` with no endpoint: the reward function then asks
     verl's reward router), the weights, the length penalty and the outcome reward (its `data` defaulting to the
     stage's `data_dir`). Never a secret: API keys are left out (they would land in the command and verl's logs);
@@ -221,7 +209,7 @@ def hosts_judge(stage: GRPOStage) -> bool:
 
 
 def _hosted_judge_kwargs(judge: JudgeConfig) -> dict[str, Any]:
-    """memrl.rewards.verl_reward's shorthand with no endpoint and no model name, so that it asks verl's router under
+    """memrl.train.rewards.verl's shorthand with no endpoint and no model name, so that it asks verl's router under
     the name verl serves the model by. The shorthand carries no sampling, few-shot or cache switch: refuse those."""
     default = JudgeConfig(kind="llm", model=judge.model)
     for name in ("sampling", "few_shot", "cache"):
@@ -304,8 +292,9 @@ def policy_overrides(
     mb = stage.micro_batch_size
     gpus = trainer_cluster(stage).gpus_per_node  # the node's GPUs that no served model keeps (train/placement.py)
     out: list[str] = [
-        # verl's GRPO over the scored samples only (a failed judge or episode scores NaN): memrl.rewards.verl_advantage,
-        # which verl imports in every process from VERL_USE_EXTERNAL_MODULES (comma-separated).
+        # verl's GRPO over the scored samples only (a failed judge or episode scores NaN):
+        # memrl.train.rewards.advantage, which verl imports in every process from VERL_USE_EXTERNAL_MODULES
+        # (comma-separated).
         _kv("algorithm.adv_estimator", ADV_ESTIMATOR),
         "+" + _kv(f"{RUNTIME_ENV}.{MODULES_ENV}", verl_modules(external_modules)[MODULES_ENV]),
         _kv("algorithm.use_kl_in_reward", False),
@@ -391,7 +380,7 @@ def grpo_overrides(
         assert isinstance(stage.reward.judge.model, VLLMModelConfig)
         out += _hosted_judge(stage.reward.judge.model, trainer_cluster(stage))
     out += [
-        _kv("reward.custom_reward_function.path", reward_path(reward_module(stage))),
+        _kv("reward.custom_reward_function.path", reward_path()),
         # set, not left to verl's default: the judge's max_concurrency is divided over exactly these workers
         _kv("reward.num_workers", reward_workers(stage)),
         _kv("reward.custom_reward_function.name", REWARD_FUNCTION),

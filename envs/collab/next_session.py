@@ -1,35 +1,24 @@
-"""The next-session outcome reward of a reflection: what its notes do for the user's next session.
+"""The world of a reflection's next session: the row's user, the problem drawn for it, the agent that reads the
+notes, and how preferences are graded in a session.
 
-For one (notes, row): the row's user (its three preferences) meets an agent in a next session on a fixed problem
-drawn from the row (never the row's own problem), played with the rule user for `max_turns` replies, once with the
-notes in the agent's system prompt and once with none (the counterfactual baseline). A session's share is, per
-agent reply, the share of the user's preferences it does not violate, averaged over the replies (graded as the
-collab reward's `preference` part): the programmatic checkers decide what they can, an optional LLM judge the
-judge-only preferences (without one those count as not violated). The reward is the share with the notes minus the
-share without, in [-1, 1].
-
-Sessions are cached by (row, sha256 of the notes) (the baseline is the entry of the empty notes) and played in lock
-step: each round sends every live session's next reply to the agent in one batch (one `generate` call of the
-agent's backend). A session that fails (its agent or user raised) gives None, never 0, and is not cached.
+For one row: the row's user (its three preferences) meets an agent in a next session on a fixed problem drawn from
+the row (never the row's own problem). A session's share is, per agent reply, the share of the user's preferences it
+does not violate, averaged over the replies (graded as the collab reward's `preference` part): the programmatic
+checkers decide what they can, an optional LLM judge the judge-only preferences (without one those count as not
+violated). The reward built on it, which plays these sessions with and without notes, is
+memrl.train.rewards.next_session.
 
 `oracle_notes` (envs/collab/agents.py) and `wrong_preferences` write the notes that calibrate the signal before it
-ranks reflectors (the user's true preferences, and preferences it does not hold: train/outcome_reward.py).
-
-Placement: this runs collab sessions, so it lives in envs; `memrl.rewards` (a layer below) holds only its config.
-The trainer adapters are `outcome_trl` and `outcome_verl` beside it.
+ranks reflectors (the user's true preferences, and preferences it does not hold).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from statistics import fmean
 from typing import Any, Protocol
 
 from memrl.core.errors import ConfigError
@@ -37,18 +26,13 @@ from memrl.core.files import read_jsonl
 from memrl.core.preferences import TAXONOMY, get_preference
 from memrl.envs.collab.agents import read_agent_reply
 from memrl.envs.collab.checkers import TurnContext, Verdict, is_clarifying_question
-from memrl.envs.collab.grading import Grader
-from memrl.envs.collab.problems import Problem, load_problems
+from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile
 from memrl.envs.collab.prompts import ReplyFormat, agent_messages
-from memrl.envs.collab.session import CollabEpisode, SessionSpec
-from memrl.envs.collab.user_sim import RuleUserSimulator, checker_verdicts
-from memrl.rewards.collab_outcome import met_share
-from memrl.rewards.config import OutcomeRewardConfig
+from memrl.envs.collab.user_sim import checker_verdicts
+from memrl.rewards.collab_episode import met_share
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
 from memrl.rollout.json_output import JSONParseFailure, parse_json_object
-
-log = logging.getLogger(__name__)
 
 
 class NoteAgent(Protocol):
@@ -118,25 +102,6 @@ class SessionOutcome:
     task_success: int
 
 
-@dataclass(frozen=True)
-class OutcomeParts:
-    """The reward of one (notes, row) and what it is made of; `score` None: a session failed (see `error`)."""
-
-    score: float | None
-    with_notes: float | None
-    without_notes: float | None
-    effort_with: int | None = None
-    effort_without: int | None = None
-    error: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.score is None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"failed": self.failed}
-
-
 def wrong_preferences(user_id: str, preferences: Sequence[str]) -> tuple[str, ...]:
     """One preference the user does not hold per preference it does: the opposite where there is one, else another
     of the same category drawn from the user id (so notes built on them are fixed per user). Never one of the
@@ -152,10 +117,6 @@ def wrong_preferences(user_id: str, preferences: Sequence[str]) -> tuple[str, ..
             digest = hashlib.sha256(f"{user_id}|{pid}".encode()).digest()
             chosen.append(pool[int.from_bytes(digest[:8], "big") % len(pool)])
     return tuple(chosen)
-
-
-def notes_hash(notes: str) -> str:
-    return hashlib.sha256(notes.strip().encode()).hexdigest()
 
 
 def next_problem(row: NextSessionRow, problems: Sequence[Problem], seed: int) -> Problem:
@@ -188,174 +149,10 @@ async def session_share(record: Mapping[str, Any], profile: UserProfile, judge: 
     return met_share(broken, len(profile.preferences))
 
 
-class NextSessionScorer:
-    """Scores (notes, row) pairs by their next session; build once per process and reuse (it caches sessions)."""
-
-    def __init__(
-        self,
-        agent: NoteAgent,
-        *,
-        max_turns: int = 2,
-        seed: int = 0,
-        problems: Path | None = None,
-        judge: PreferenceJudge | None = None,
-        cache_size: int = 65536,
-        backends: Sequence[ChatBackend] = (),
-    ) -> None:
-        self.agent = agent
-        self._backends = list(backends)  # what `close` releases
-        self.max_turns = max_turns
-        self.seed = seed
-        self.problems_source = problems
-        self.judge = judge
-        self.grader = Grader()
-        self.simulator = RuleUserSimulator(self.grader, seed=seed)
-        self.cache_size = cache_size
-        self._cache: OrderedDict[tuple[str, str], SessionOutcome] = OrderedDict()
-        self._problems: dict[str, list[Problem]] = {}
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.sessions = 0  # sessions played (cache misses that finished)
-        self.failures = 0
-
-    def _problem(self, row: NextSessionRow) -> Problem:
-        if row.task not in self._problems:
-            self._problems[row.task] = load_problems(row.task, self.problems_source, seed=self.seed)
-        return next_problem(row, self._problems[row.task], self.seed)
-
-    def _cached(self, key: tuple[str, str]) -> SessionOutcome | None:
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                self.hits += 1
-            return hit
-
-    def _store(self, key: tuple[str, str], outcome: SessionOutcome) -> None:
-        if self.cache_size <= 0:
-            return
-        with self._lock:
-            self._cache[key] = outcome
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-
-    async def ascore(self, items: Sequence[tuple[str, NextSessionRow]]) -> list[OutcomeParts]:
-        """One OutcomeParts per (notes, row), in order; every session not cached is played in one lock-step batch."""
-        wanted = {(row.key, notes_hash(n)): (n.strip(), row) for notes, row in items for n in (notes, "")}
-        known: dict[tuple[str, str], SessionOutcome | BaseException] = {}
-        todo = []
-        for key, job in wanted.items():
-            hit = self._cached(key)
-            if hit is None:
-                todo.append((key, job))
-            else:
-                known[key] = hit
-        played = await self.play([job for _, job in todo])
-        for (key, _), outcome in zip(todo, played, strict=True):
-            known[key] = outcome
-            if isinstance(outcome, SessionOutcome):
-                self._store(key, outcome)
-        parts = [
-            self._parts(known[(row.key, notes_hash(notes))], known[(row.key, notes_hash(""))]) for notes, row in items
-        ]
-        with self._lock:
-            self.sessions += sum(isinstance(o, SessionOutcome) for o in played)
-            self.failures += sum(p.failed for p in parts)
-        if failed := [p for p in parts if p.failed]:
-            log.warning(
-                "outcome reward: %d of %d samples have no reward, e.g. %s", len(failed), len(parts), failed[0].error
-            )
-        return parts
-
-    @staticmethod
-    def _parts(with_notes: SessionOutcome | BaseException, without: SessionOutcome | BaseException) -> OutcomeParts:
-        for outcome in (with_notes, without):
-            if isinstance(outcome, BaseException):
-                return OutcomeParts(None, None, None, error=f"{type(outcome).__name__}: {outcome}")
-        assert isinstance(with_notes, SessionOutcome) and isinstance(without, SessionOutcome)
-        score = round(with_notes.share - without.share, 6)
-        return OutcomeParts(score, with_notes.share, without.share, with_notes.user_effort, without.user_effort)
-
-    async def play(self, jobs: Sequence[tuple[str, NextSessionRow]]) -> list[SessionOutcome | BaseException]:
-        """Play the next session of each (notes, row) in lock step; an exception stands for a failed session."""
-        results: list[SessionOutcome | BaseException | None] = [None] * len(jobs)
-        episodes: list[CollabEpisode | None] = []
-        for n, (_, row) in enumerate(jobs):
-            try:
-                spec = SessionSpec(row.profile(), self._problem(row), row.session + 1)
-                episodes.append(CollabEpisode(spec, self.simulator, self.grader, self.max_turns))
-            except Exception as exc:  # a row whose user or problem cannot be built: that sample has no reward
-                results[n] = exc
-                episodes.append(None)
-        observations: dict[int, list[Message]] = {}
-
-        async def reset(n: int, episode: CollabEpisode) -> None:
-            try:
-                observations[n] = await episode.reset()
-            except Exception as exc:
-                results[n] = exc
-
-        await asyncio.gather(*(reset(n, e) for n, e in enumerate(episodes) if e is not None))
-        while live := sorted(observations):
-            try:
-                texts = await self.agent.replies([(jobs[n][0], observations[n]) for n in live])
-            except Exception as exc:  # the agent's model failed for the whole batch
-                for n in live:
-                    results[n] = exc
-                break
-            await asyncio.gather(
-                *(self._step(n, episodes[n], text, observations, results) for n, text in zip(live, texts, strict=True))
-            )
-        for n, episode in enumerate(episodes):
-            if results[n] is None and episode is not None:
-                record = episode.record()
-                share = await session_share(record, episode.spec.profile, self.judge)
-                results[n] = SessionOutcome(
-                    share, len(record["turns"]) // 2, record["user_effort"], record["task_success"]
-                )
-        return [r if r is not None else RuntimeError("session never finished") for r in results]
-
-    @staticmethod
-    async def _step(
-        n: int,
-        episode: CollabEpisode | None,
-        text: str,
-        observations: dict[int, list[Message]],
-        results: list[SessionOutcome | BaseException | None],
-    ) -> None:
-        assert episode is not None
-        try:
-            step = await episode.step(text)
-        except Exception as exc:
-            results[n] = exc
-            del observations[n]
-            return
-        if step.done:
-            del observations[n]
-        else:
-            observations[n] = step.observation
-
-    def stats(self) -> dict[str, int]:
-        with self._lock:
-            return {"sessions": self.sessions, "cache_hits": self.hits, "failures": self.failures}
-
-    def close(self) -> None:
-        for backend in self._backends:
-            backend.close()
-
-
-def mean_score(parts: Sequence[OutcomeParts]) -> float | None:
-    scores = [p.score for p in parts if p.score is not None]
-    return round(fmean(scores), 4) if scores else None
-
-
-# --- the model agent and judge of real runs -----------------------------------------------------------------------
-
-
 class ModelAgent:
     """The collab policy's prompt with the notes in its system prompt (as `CollabAgent` keeps them) over any
     backend; the batch is one `generate` call, off the event loop. `reply`: the policy's reply format, so a policy
-    trained with `collab_grpo` (envs/collab/rl.py) reads the notes and replies here as it learned to."""
+    trained with `collab_grpo` reads the notes and replies here as it learned to."""
 
     def __init__(
         self, backend: ChatBackend, sampling: SamplingParams, name: str = "model", reply: ReplyFormat = "json"
@@ -401,27 +198,3 @@ class LLMPreferenceJudge:
             value = None if isinstance(parsed, JSONParseFailure) else parsed.data["satisfied"]
             out.append(not value if isinstance(value, bool) else None)
         return out
-
-
-def build_scorer(cfg: OutcomeRewardConfig) -> NextSessionScorer:
-    """The scorer a recipe's `reward.outcome` describes (Ray actors when `workers` or `ray_address` is set)."""
-    from memrl.rollout.builder import build_backend
-
-    if cfg.workers or cfg.ray_address:
-        from memrl.envs.collab.outcome_actors import ActorScorer
-
-        return ActorScorer(cfg)
-    backends = [build_backend(cfg.agent)]
-    judge = None
-    if cfg.judge is not None:
-        backends.append(build_backend(cfg.judge))
-        judge = LLMPreferenceJudge(backends[-1])
-    return NextSessionScorer(
-        ModelAgent(backends[0], cfg.sampling.params(), name=cfg.agent.model, reply=cfg.reply),
-        max_turns=cfg.max_turns,
-        seed=cfg.seed,
-        problems=cfg.problems,
-        judge=judge,
-        cache_size=cfg.cache_size,
-        backends=backends,
-    )

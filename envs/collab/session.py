@@ -74,10 +74,12 @@ class CollabEpisode:
     The episode ends when the user terminates (the user's last turn closes the observation) or after `max_turns`
     replies (time runs out: the user's last reaction is never said, but its draft is what gets graded, its parse
     failure is counted, and what it found wrong with the last reply is kept as the record's `unsaid_reaction`, so
-    every reply has its verdict). The last step grades the draft and carries the reward parts `task_success` (0/1),
-    `user_effort` (enforcing utterances) and `length` (turns); earlier steps carry none. `info` has the user's
-    reaction (`enforce`, `violated`, `draft_answer`), and on the last step `ended_by` ("user" or "max_turns").
-    The record is the environment's side of the session record: `run_session` adds the agent's.
+    every reply has its verdict). The user ending it is termination, running out of turns truncation. The last
+    step grades the draft and carries the reward parts `task_success` (0/1), `user_effort` (enforcing utterances)
+    and `length` (turns); earlier steps carry none. `info` has the user's reaction (`enforce`, `violated`,
+    `draft_answer`), and on the last step `ended_by` ("user" or "max_turns"). `reset(seed=...)` seeds the user (its
+    phrasing, or an LLM user's sampling). The record is the environment's side of the session record: `run_session`
+    adds the agent's.
 
     `original=True` plays the original harness's rules (docs/collab.md lists them): the agent greets first and the
     greeting counts in `length`; when time runs out the user never reads the last reply, so the graded draft is the
@@ -110,10 +112,11 @@ class CollabEpisode:
         self._said_draft = ""
         self._unsaid: dict[str, Any] | None = None  # the user's reaction to a last reply that time cut off
 
-    async def reset(self) -> list[Message]:
-        """Start the session afresh (a new user session) and return the user's opening."""
+    async def reset(self, *, seed: int | None = None) -> list[Message]:
+        """Start the session afresh (a new user session, seeded with `seed` when given) and return its opening."""
         self._started = time.time()
-        self._user = self._simulator.start(self.spec.profile, self.spec.problem, self.max_turns)
+        simulator = self._simulator if seed is None else self._simulator.seeded(seed)
+        self._user = simulator.start(self.spec.profile, self.spec.problem, self.max_turns)
         self._record = None
         self._turns, self._log = [], []
         self._failures = {"agent": 0, "user": 0, "retrieval": 0}
@@ -151,7 +154,7 @@ class CollabEpisode:
         self._replies += 1
         if self.original and self._replies >= self.max_turns:  # the original loop ends before the user reads it
             record = await self._finish(self._said_draft, "max_turns")
-            return Step(list(self._turns), self._reward(record), True, {"ended_by": "max_turns"})
+            return Step(list(self._turns), self._reward(record), truncated=True, info={"ended_by": "max_turns"})
         turn = await user.reply(self._turns)
         view = _checker_view(self.spec, reply, turn)
         info: dict[str, Any] = {
@@ -172,7 +175,8 @@ class CollabEpisode:
             self._said_draft = turn.draft_answer
             return Step(list(self._turns), info=info)
         record = await self._finish(turn.draft_answer, ended_by)
-        return Step(list(self._turns), self._reward(record), True, info | {"ended_by": ended_by})
+        ending = {"terminated": ended_by == "user", "truncated": ended_by == "max_turns"}
+        return Step(list(self._turns), self._reward(record), **ending, info=info | {"ended_by": ended_by})
 
     @staticmethod
     def _reward(record: dict[str, Any]) -> dict[str, float]:

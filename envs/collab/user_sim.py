@@ -61,6 +61,10 @@ class UserSimulator(ABC):
     @abstractmethod
     def start(self, profile: UserProfile, problem: Problem, max_turns: int) -> UserSession: ...
 
+    def seeded(self, seed: int) -> UserSimulator:
+        """This simulator drawing what it draws (phrasing, sampling) from `seed`; one that draws nothing is itself."""
+        return self
+
 
 # --- rule simulator -----------------------------------------------------------------------------------------------
 
@@ -160,6 +164,9 @@ class RuleUserSimulator(UserSimulator):
     def start(self, profile: UserProfile, problem: Problem, max_turns: int) -> UserSession:
         return RuleUserSession(profile, problem, max_turns, self.grader, self.seed, self.patience)
 
+    def seeded(self, seed: int) -> RuleUserSimulator:
+        return replace(self, seed=seed)
+
 
 # --- LLM simulator ------------------------------------------------------------------------------------------------
 
@@ -239,3 +246,6 @@ class LLMUserSimulator(UserSimulator):
 
     def start(self, profile: UserProfile, problem: Problem, max_turns: int) -> UserSession:
         return LLMUserSession(profile, problem, max_turns, self.backend, self.sampling, self.original)
+
+    def seeded(self, seed: int) -> LLMUserSimulator:
+        return replace(self, sampling=replace(self.sampling, seed=seed))

@@ -154,7 +154,10 @@ class PahfEpisode:
     that step only (an unusable reply takes no action and is not correct). In a learning phase a wrong action gets the
     user's feedback when `wants_feedback` (the agent listens): it closes the final observation when the user has
     something to say. The final `info` has `choice`, `thought`, `correct`, `feedback` and `unusable` (the start of a
-    reply that named no action, else None). The record is the task's side: the exchange and the action.
+    reply that named no action, else None). Acting terminates the episode; nothing truncates it (one question at
+    most, then an action). The record is the task's side: the exchange and the action. The task draws nothing at
+    `reset`: its option order and its user's sampling seed are fixed when the task and user are built
+    (`protocol.build_task`), so every seed (None too) plays alike.
     """
 
     def __init__(
@@ -169,8 +172,8 @@ class PahfEpisode:
         self._asked: tuple[str, str] | None = None  # (question, answer)
         self._record: dict[str, Any] | None = None  # set by the last step
 
-    async def reset(self) -> list[Message]:
-        """Start the task afresh and return it."""
+    async def reset(self, *, seed: int | None = None) -> list[Message]:
+        """Start the task afresh and return it (`seed` changes nothing: see the class)."""
         task = self.task
         scene = f"\nWhat you see: {task.scene}" if task.scene else ""
         options = "\n".join(f"{letter}) {text}" for letter, text in task.options.items())
@@ -202,7 +205,7 @@ class PahfEpisode:
             "unusable": decision.raw[:RAW_KEPT] if decision.action is None else None,
         }
         self._record = {"user": self.task.user, "gold": self.task.gold, "question": asked[0], "answer": asked[1]} | info
-        return Step(list(turns), {"correct": float(correct)}, True, dict(info))
+        return Step(list(turns), {"correct": float(correct)}, terminated=True, info=dict(info))
 
     def record(self) -> dict[str, Any]:
         """The task's side of the task record: the question asked and answered, the action, the feedback."""

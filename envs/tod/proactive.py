@@ -5,7 +5,7 @@ goal and L, answers the assistant; the reader replies; a supervisor removes from
 resolves. The loop ends when L is empty (success) or the assistant has spoken `max_turns` times.
 
 `ProactiveEpisode` is the loop as an `Episode` (memrl.envs.episode), stepped one assistant reply at a time;
-`run_proactive` is a reader playing it.
+`run_proactive` is a reader playing it: its policy reads the observation, whose turns carry their slot annotations.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from memrl.envs.episode import PolicyReply, Step, check_step, play
 from memrl.envs.tod.formats import Turn, as_dicts
@@ -129,23 +129,47 @@ class Outcome:
     failures: dict[str, int]
 
 
+class TurnMessage(Message, total=False):
+    slots: dict[str, str]  # the turn's slot annotation, where it has one
+
+
 def as_messages(turns: Sequence[Turn]) -> list[Message]:
-    """Turns as the chat messages a policy reads: the speaker is the role, the utterance the content."""
-    return [{"role": t.speaker, "content": t.utterance} for t in turns]
+    """Turns as the chat messages a policy reads: the speaker is the role, the utterance the content, and the
+    turn's slot annotation (a rule user's, a template reader's) as `slots` where it has one, so a reader that reads
+    annotations reads them from the observation."""
+    out: list[Message] = []
+    for t in turns:
+        message: TurnMessage = {"role": t.speaker, "content": t.utterance}
+        if t.slots:
+            message["slots"] = dict(t.slots)
+        out.append(message)
+    return out
+
+
+def as_turns(messages: Sequence[Message]) -> list[Turn]:
+    """`as_messages` undone: the turns an observation shows, annotations included."""
+    turns = (cast(TurnMessage, m) for m in messages)
+    return [
+        Turn.model_validate({"speaker": m["role"], "utterance": m["content"], "slots": m.get("slots", {})})
+        for m in turns
+    ]
 
 
 class ProactiveEpisode:
     """The proactive loop as an `Episode`: each step is one assistant reply, then the user and the supervisor act.
 
-    `reset` returns the dialogue context (as messages). The first step is the confirmation response: L becomes the
-    goal slots it leaves missing or wrong. Every later step is a reply to the user's answer, after which the
-    supervisor removes from L what the conversation now resolves. Until the episode ends, the observation closes
-    with the user's next answer (told the goal and L). `step(reply, slots=None, parse_failed=False)`: `slots` are the
-    values the reply states when the reader knows them (kept on its turn, which later readers may read back from
-    `followup`), `parse_failed` counts a reader failure. The episode ends when L is empty or after `max_turns`
-    replies; the last step carries the reward parts `success` (0/1) and `dte` (assistant turns to complete the task,
-    `max_turns` when it never completes), earlier steps none. `info` has `outstanding` (L after the reply), and on
-    the last step `ended_by` ("resolved" or "max_turns"). `outcome()` is the finished loop as an `Outcome`.
+    `reset` returns the dialogue context (as messages, `as_messages`: each with its turn's slot annotation). The
+    first step is the confirmation response: L becomes the goal slots it leaves missing or wrong. Every later step
+    is a reply to the user's answer, after which the supervisor removes from L what the conversation now resolves.
+    Until the episode ends, the observation closes with the user's next answer (told the goal and L).
+    `step(reply, slots=None, parse_failed=False)`: `slots` are the values the reply states when the reader knows
+    them (kept on its turn, which later observations show), `parse_failed` counts a reader failure. The episode ends
+    when L is empty (termination) or after `max_turns` replies (truncation); the last step carries the reward parts
+    `success` (0/1) and `dte` (assistant turns to complete the task, `max_turns` when it never completes), earlier
+    steps none. `info` has `outstanding` (L after the reply), and on the last step `ended_by` ("resolved" or
+    "max_turns"). `outcome()` is the finished loop as an `Outcome`. The loop draws nothing at `reset`: the rule user
+    and supervisor are deterministic and the LLM ones sample with the seed their `SamplingParams` were built with,
+    so every seed (None too) plays alike.
     """
 
     def __init__(
@@ -169,16 +193,11 @@ class ProactiveEpisode:
         self._history: list[list[str]] = []
         self._failures = {"reader": 0, "user": 0, "supervisor": 0}
 
-    @property
-    def followup(self) -> list[Turn]:
-        """The loop's turns so far (empty before the confirmation response): what a reader responds to."""
-        return list(self._turns)
-
     def _observation(self) -> list[Message]:
         return as_messages([*self.context, *self._turns])
 
-    async def reset(self) -> list[Message]:
-        """Start the loop afresh and return the dialogue context."""
+    async def reset(self, *, seed: int | None = None) -> list[Message]:
+        """Start the loop afresh and return the dialogue context (`seed` changes nothing: see the class)."""
         self._started, self._outcome, self._confirmation = True, None, None
         self._turns, self._left, self._history = [], [], []
         self._failures = {"reader": 0, "user": 0, "supervisor": 0}
@@ -210,7 +229,8 @@ class ProactiveEpisode:
         dte = spoken if success else self.max_turns
         self._outcome = Outcome(self._confirmation, list(self._turns), self._history, dte, success, self._failures)
         reward = {"success": float(success), "dte": float(dte)}
-        return Step(self._observation(), reward, True, info | {"ended_by": "resolved" if success else "max_turns"})
+        ended_by = "resolved" if success else "max_turns"
+        return Step(self._observation(), reward, success, not success, info | {"ended_by": ended_by})
 
     def outcome(self) -> Outcome:
         """The finished loop; only once done."""
@@ -243,7 +263,7 @@ async def run_proactive(
     episode = ProactiveEpisode(context, goal, user, supervisor, max_turns)
 
     async def policy(observation: list[Message]) -> PolicyReply:
-        reply = await respond(episode.followup)
+        reply = await respond(as_turns(observation[len(context) :]))  # the loop's turns follow the context
         return reply.text, {"slots": reply.slots, "parse_failed": reply.failed}
 
     await play(episode, policy)

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
@@ -63,30 +64,41 @@ def hold(folder: Path) -> Iterator[None]:
 
 
 def _write_pid(path: Path) -> None:
-    """Write this process's pid to a file it creates at `path`: whatever was there (a killed run's file, a link
-    planted to make memrl overwrite its target) is removed first, and O_EXCL never follows a link."""
+    """Put this process's pid at `path` whole: written to a file of its own (O_EXCL never follows a link), then
+    renamed over whatever was there (a killed run's file, a link planted to make memrl overwrite its target: a
+    rename replaces the link itself), so a run refused a moment later reads a whole pid, never a half-written one."""
+    staged = path.with_name(f"{path.name}.{os.getpid()}")
     try:
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        staged.unlink(missing_ok=True)
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         try:
             with naming(path):  # a full disk fails `write`, which names no file
                 os.write(fd, f"{os.getpid()}\n".encode())
         finally:
             os.close(fd)
+        os.replace(staged, path)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            staged.unlink(missing_ok=True)
         raise MemrlError(f"cannot write the run folder's lock file {describe_os_error(exc, path)}") from None
 
 
-def _owner(folder: Path) -> str:
-    try:
-        # Not following a link, nor waiting on a FIFO planted there; a pid is a few bytes.
-        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+def _owner(folder: Path, patience: float = 2.0) -> str:
+    """The holder's pid, as its lock file names it. The holder writes it just after taking the lock, so a run
+    refused in between waits for it a moment."""
+    deadline = time.monotonic() + patience
+    while True:
         try:
-            return f"pid {int(os.read(fd, 32))}"
-        finally:
-            os.close(fd)
-    except (OSError, ValueError):
-        return "its pid not written yet"  # it took the lock a moment ago
+            # Not following a link, nor waiting on a FIFO planted there; a pid is a few bytes.
+            fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                return f"pid {int(os.read(fd, 32))}"
+            finally:
+                os.close(fd)
+        except (OSError, ValueError):
+            if time.monotonic() >= deadline:
+                return "its pid not written yet"  # it took the lock a moment ago
+            time.sleep(0.02)
 
 
 def _setup(config: Any, ignored: Collection[str]) -> Any:

@@ -19,11 +19,11 @@ from typing import Any
 
 from memrl.core.checkpoints import CheckpointInfo, portable_ref, resolve_model
 from memrl.core.errors import ConfigError
-from memrl.rewards.bce import auto_pos_weight, judger_bce
 from memrl.rollout.judger.heads import Head, build_head
 from memrl.rollout.judger.scorer import JudgerInfo
 from memrl.train.config import JudgerStage
 from memrl.train.curves import LOSS_CURVE, loss_chart
+from memrl.train.judger.bce import auto_pos_weight, judger_bce
 from memrl.train.judger.data import (
     PAIRS_FILE,
     Collator,

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any, cast
 
 from memrl.core.checkpoints import tokenizer_source
-from memrl.envs.collab.rl import episode_rows, episode_source
-from memrl.rewards.collab_outcome import PARTS, REPLIES_CUT, STATUSES, reward_funcs
+from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES
 from memrl.train.config import GRPOStage
 from memrl.train.curves import Chart, Panel, draw
 from memrl.train.online.chat_tokens import TurnTokens
 from memrl.train.online.config import CollabGRPOStage
+from memrl.train.online.episodes import episode_rows, episode_source
 from memrl.train.online.rollout import Player
 from memrl.train.online.trl_rollout import EPISODES_FILE, EpisodeLog, EpisodeRollout
+from memrl.train.rewards.trl import episode_funcs
 from memrl.train.trl_common import (
     TrainContext,
     accumulation_steps,
@@ -89,7 +90,7 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
             trainer = GRPOTrainer(
                 model=model,
-                reward_funcs=[*reward_funcs()],
+                reward_funcs=[*episode_funcs()],
                 args=config,
                 train_dataset=Dataset.from_dict({"prompt": rows}),
                 processing_class=tokenizer,

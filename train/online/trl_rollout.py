@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memrl.rewards.collab_outcome import REPLIES_CUT
+from memrl.rewards.collab_episode import REPLIES_CUT
 from memrl.train.online.rollout import Generate, Player, Trajectory
 
 EPISODES_FILE = "episodes.jsonl"

@@ -17,9 +17,10 @@ from typing import Any
 from pydantic import PositiveInt, SecretStr
 
 from memrl.core.schema import StrictModel
-from memrl.envs.collab.rl import CollabRLConfig, row_context
-from memrl.rewards.collab_outcome import OutcomeWeights
+from memrl.envs.collab.rows import row_context
+from memrl.rewards.collab_episode import EpisodeRewardWeights
 from memrl.rollout.config import OpenAIModelConfig
+from memrl.train.online.config import CollabRLConfig
 
 AGENT_NAME = "memrl_collab"  # the loop's name in verl's agent-loop registry, and the rows' `agent_name`
 DATA_SOURCE = "memrl_collab"  # verl groups validation metrics by it: val-aux/memrl_collab/<part>/mean@N
@@ -31,7 +32,7 @@ class LoopSettings(StrictModel):
     """What the agent loop needs beyond a row's session: the environment, the reward weights, one reply's tokens."""
 
     env: CollabRLConfig
-    reward: OutcomeWeights
+    reward: EpisodeRewardWeights
     max_turn_tokens: PositiveInt
 
     def public(self) -> LoopSettings:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memrl.rewards.verl_reward import ADV_MODULE
 from memrl.rollout.probe import Endpoint
 from memrl.train.endpoints import stage_endpoints
 from memrl.train.online.config import CollabGRPOStage
 from memrl.train.online.verl_data import EVAL_FILE, TRAIN_FILE, LoopSettings
 from memrl.train.placement import trainer_cluster
+from memrl.train.rewards.verl import ADV_MODULE
 from memrl.train.verl_metrics import tracking_env
 from memrl.train.verl_overrides import (
     RUNTIME_ENV,

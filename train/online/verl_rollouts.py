@@ -19,7 +19,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from memrl.rewards.collab_outcome import PARTS, REPLIES_CUT, STATUSES
+from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES
 
 PARTS_SUBDIR = "parts"
 

@@ -30,7 +30,7 @@ class TodData(StrictModel):
 
 
 def build_tod_data(cfg: TodData, out: Path, console: Console) -> dict[str, Any]:
-    from memrl.data_gen.tod import TodDataConfig, build_tod_dataset, summary
+    from memrl.data_gen.tod.dataset import TodDataConfig, build_tod_dataset, summary
 
     spec = TodDataConfig(str(cfg.sgd_dir), cfg.individuals, cfg.tasks_per_individual, cfg.writer, cfg.memory, cfg.seed)
     stats, gen = build_tod_dataset(spec, out)

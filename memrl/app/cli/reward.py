@@ -1,4 +1,5 @@
-"""`memrl reward score`: the reflection reward of one reflection, as one JSON object."""
+"""`memrl reward score`: the reflection reward of one reflection, as one JSON object; `memrl reward list`: every
+reward memrl trains with (memrl.rewards.registry)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from memrl.app.cli.from_config import sane_number
 from memrl.core.errors import BackendError, ConfigError
 from memrl.core.files import read_text
 
-reward_app = typer.Typer(help="The reflection reward: judge coverage + format.", no_args_is_help=True)
+reward_app = typer.Typer(help="The rewards: list them, score a reflection.", no_args_is_help=True)
 
 
 @reward_app.callback()
 def _group() -> None:
-    """The reflection reward: judge coverage + format."""  # a callback keeps `score` a subcommand on its own
+    """The rewards: list them, score a reflection."""  # a callback keeps each command a subcommand on its own
 
 
 def _read(path: Path, what: str) -> str:
@@ -56,6 +57,26 @@ def probe_endpoint(endpoint: str, model: str) -> None:
         backend.list_models()
     finally:
         backend.close()
+
+
+@reward_app.command("list")
+def list_rewards(as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False) -> None:
+    """Every reward by name: the parts trainers log, what scoring a sample needs, where it is built."""
+    from dataclasses import asdict
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from memrl.rewards.registry import REWARDS
+
+    if as_json:
+        for entry in REWARDS.values():
+            typer.echo(json.dumps(asdict(entry)))
+        return
+    table = Table("name", "parts", "needs", "what")
+    for entry in REWARDS.values():
+        table.add_row(entry.name, ", ".join(entry.parts), entry.needs, entry.summary)
+    Console(width=200).print(table)
 
 
 @reward_app.command("score")

@@ -79,7 +79,7 @@ def _run_trl(stage: CollabGRPOStage, ctx: RunContext, name: str) -> None:
 
 
 def _run_verl_stage(stage: CollabGRPOStage, ctx: RunContext, name: str) -> None:
-    from memrl.envs.collab.rl import episode_rows
+    from memrl.train.online.episodes import episode_rows
     from memrl.train.online.trl_collab import outcome_chart
     from memrl.train.online.verl_data import EVAL_FILE, TRAIN_FILE, agent_rows, write_rows
     from memrl.train.online.verl_overrides import DATA_SUBDIR, ROLLOUTS_SUBDIR

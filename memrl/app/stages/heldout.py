@@ -26,7 +26,7 @@ from memrl.core.schema import StrictModel
 from memrl.core.stats import paired_difference
 from memrl.envs.collab.agents import AgentKind
 from memrl.envs.collab.config import CollabEvalConfig, CollabSampling
-from memrl.rewards.collab_outcome import preference_share
+from memrl.rewards.collab_episode import preference_share
 from memrl.rollout.config import SamplingConfig
 from memrl.train.online.config import CollabGRPOStage
 

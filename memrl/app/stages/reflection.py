@@ -173,7 +173,7 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
     online = online_check(models, stage.online.collab, out / "online", ctx.console) if stage.online else None
     outcome = None
     if stage.reward.outcome is not None:  # the notes in the users' next sessions, calibrated, on the same rows
-        from memrl.train.outcome_reward import outcome_report
+        from memrl.train.rewards.next_session_eval import outcome_report
 
         ctx.console.print(f"{name}: next sessions with oracle, empty, wrong and each model's notes")
         outcome = outcome_report(

@@ -346,7 +346,7 @@ def _verl_job(stage: SFTStage | GRPOStage, raw: dict[str, Any], name: str, dashb
         cluster["ray_address"] = None
         return Job(gpus=stage.cluster.gpus_per_node)  # torchrun on the job's own node
     cluster["ray_address"] = None
-    # The reward function is named by module already (verl_overrides.reward_path), outcome reward included.
+    # The reward function is named by module already (memrl.train.rewards.verl.reward_path), outcome reward included.
     raw["overrides"] = [*raw["overrides"], "+ray_kwargs.ray_init.address=auto"]
     return Job()
 

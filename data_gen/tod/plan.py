@@ -1,8 +1,8 @@
-"""Plan MS-TOD individuals from SGD goals, and write them session by session with a resumable log.
+"""Plan MS-TOD individuals from SGD goals.
 
 A plan fixes, before any text is written, which goal each individual pursues, how its 2-3 sessions interleave with
-the individual's other tasks, and which slot values each session states. The writers (`writers.py`) only turn a
-`SessionPlan` into turns, so the gold facts never depend on a model's wording.
+the individual's other tasks, and which slot values each session states. The writers (`session_writers.py`) only turn
+a `SessionPlan` into turns, so the gold facts never depend on a model's wording.
 
 Per task (goal), in time order:
 - incomplete: the anchor slot and about half of the others; when an updating session follows, one of those is a
@@ -16,22 +16,17 @@ slot (without a preliminary value).
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from memrl.core.files import read_json
-from memrl.core.jsonl import ResumableJsonl
-from memrl.envs.tod.formats import Individual, Session, Stage, individual_path, write_individual
+from memrl.data_gen.tod.goals import Goal
+from memrl.envs.tod.formats import Stage
 from memrl.envs.tod.schema import TodDataError
-from memrl.envs.tod.sgd import Goal
 
 TWO_SESSION_RATE = 0.1  # share of tasks (3+ slots) written without an updating session
 EXTRA_RESTATE_RATE = 0.3  # how often the confirming user restates one slot besides the anchor
-MIN_TURNS = 6
 
 
 @dataclass(frozen=True)
@@ -158,87 +153,3 @@ def plan_individuals(
             sessions.append(SessionPlan(persona_id, session_id, mine[t], stage, len(staged[t]), **spec))
         plans.append(IndividualPlan(persona_id, tuple(sessions)))
     return plans
-
-
-# --- writing ------------------------------------------------------------------------------------------------------
-
-
-class SessionWriter(Protocol):
-    """Turns plans into sessions, yielding (session, whether a model failed it and the template wrote it) in order."""
-
-    fallbacks: int
-
-    def write(self, plan: SessionPlan) -> Session: ...
-
-    def write_many(self, plans: Sequence[SessionPlan]) -> Iterator[tuple[Session, bool]]: ...
-
-
-@dataclass
-class GenerationStats:
-    individuals: int = 0
-    sessions: int = 0
-    resumed_sessions: int = 0  # taken from the progress log of an earlier, interrupted run
-    skipped_individuals: int = 0  # already complete on disk
-    writer_fallbacks: int = 0  # sessions the LLM writer failed and the template wrote
-
-
-PROGRESS = Path(".progress") / "sessions.jsonl"
-
-
-def generate(
-    plans: Sequence[IndividualPlan],
-    writer: SessionWriter,
-    out_dir: str | Path,
-    on_individual: Callable[[Individual], None] | None = None,
-) -> GenerationStats:
-    """Write every planned individual to `out_dir/persona_<id>.json`, resuming an interrupted run.
-
-    Each session is appended to `out_dir/.progress/sessions.jsonl` (key `persona/session`) as soon as it is written;
-    an individual's file appears, atomically, once all its sessions are there. A rerun skips finished individuals and
-    reuses logged sessions, so nothing is written twice.
-    """
-    out = Path(out_dir)
-    log = ResumableJsonl(out / PROGRESS)
-    logged = {str(r["key"]): r for r in log.records()}
-    stats = GenerationStats()
-    for plan in plans:
-        path = individual_path(out, plan.persona_id)
-        if path.exists():
-            stats.skipped_individuals += 1
-            stats.writer_fallbacks += sum(bool(logged.get(s.key, {}).get("fallback")) for s in plan.sessions)
-            continue
-        todo = [sp for sp in plan.sessions if sp.key not in logged]
-        stats.resumed_sessions += len(plan.sessions) - len(todo)
-        # One call per individual lets a model writer batch its requests; each session is logged as it arrives.
-        for sp, (session, fallback) in zip(todo, writer.write_many(todo), strict=True):
-            record = {"key": sp.key, "fallback": fallback, "session": session.to_record()}
-            log.append(record)
-            logged[sp.key] = record
-        sessions = []
-        for sp in plan.sessions:
-            record = logged[sp.key]
-            stats.writer_fallbacks += bool(record.get("fallback"))
-            sessions.append(Session.model_validate(record["session"]))
-            stats.sessions += 1
-        individual = Individual(persona_id=plan.persona_id, sessions=sessions)
-        write_individual(individual, out)
-        stats.individuals += 1
-        if on_individual is not None:
-            on_individual(individual)
-    return stats
-
-
-def check_run_config(out_dir: str | Path, config: dict[str, Any]) -> None:
-    """A rerun into the same folder must use the same settings, or resumed sessions would belong to another plan."""
-    path = Path(out_dir) / ".progress" / "config.json"
-    if path.exists():
-        previous = read_json(path, TodDataError)
-        for key, value in config.items():
-            if previous.get(key) != value:
-                raise TodDataError(
-                    f"{out_dir} holds a run with {key}={previous.get(key)!r}, not {value!r}: resume it with the same "
-                    "settings or write to a new folder"
-                )
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(config, indent=1) + "\n")

@@ -1,12 +1,9 @@
-"""The next-session outcome reward in the reflector's trainers (TRL reward functions) and the held-out outcome
-evaluation.
+"""The held-out next-session evaluation of reflectors (the eval stage's `report.json` `outcome`).
 
-`grpo_rewards` is what the TRL GRPO stage hands GRPOTrainer: the judge reward's functions and weights, plus the
-outcome function and its weight when the stage's reward has an `outcome` block. `outcome_report` plays the eval
-stage's held-out rows with oracle, empty and wrong notes first (can the note reader tell them apart?) and with each
-model's notes, and gives `report.json`'s `outcome`: the calibration, each model's pass rate, the paired
-differences, a ranking only when the calibration allows one, and the rank correlation of the coverage judge with
-the outcome reward.
+`outcome_report` plays the eval stage's held-out rows with oracle, empty and wrong notes first (can the note reader
+tell them apart?) and with each model's notes, and gives `report.json`'s `outcome`: the calibration, each model's
+pass rate, the paired differences, a ranking only when the calibration allows one, and the rank correlation of the
+coverage judge with the outcome reward.
 """
 
 from __future__ import annotations
@@ -21,38 +18,17 @@ from typing import Any
 
 from scipy.stats import spearmanr
 
+from memrl.core.asyncs import run_sync
 from memrl.core.errors import ConfigError
 from memrl.core.stats import paired_difference
 from memrl.envs.collab.agents import oracle_notes
-from memrl.envs.collab.next_session import (
-    NextSessionRow,
-    NextSessionScorer,
-    OutcomeParts,
-    build_scorer,
-    load_rows,
-    wrong_preferences,
-)
-from memrl.envs.collab.outcome_trl import outcome_reward_func
-from memrl.rewards.config import OutcomeRewardConfig, RewardConfig
+from memrl.envs.collab.next_session import NextSessionRow, load_rows, wrong_preferences
+from memrl.rewards.config import NextSessionRewardConfig
 from memrl.rewards.format import extract_notes
-from memrl.rewards.reward import run_sync
-from memrl.rewards.trl_reward import RewardFunc, reward_funcs, reward_weights
-from memrl.rewards.unscored import UnscoredWatch
+from memrl.train.rewards.next_session import NextSessionScorer, OutcomeParts, build_scorer
 
 SCORES_FILE = "outcome_scores.jsonl"
 CALIBRATION_FILE = "calibration_scores.jsonl"
-
-
-def grpo_rewards(
-    reward: RewardConfig, data_dir: Path, watch: UnscoredWatch | None = None
-) -> tuple[list[RewardFunc], list[float]]:
-    """(reward_funcs, reward_weights) for GRPOTrainer; the outcome's rows come from `outcome.data` or `data_dir`;
-    `watch` stops the run when the judge keeps failing."""
-    funcs, weights = [*reward_funcs(reward, watch=watch)], reward_weights(reward)
-    if reward.outcome is None:
-        return funcs, weights
-    rows = load_rows(reward.outcome.data or data_dir)
-    return [*funcs, outcome_reward_func(build_scorer(reward.outcome), rows)], [*weights, reward.outcome.weight]
 
 
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -124,7 +100,7 @@ def rank_reflectors(
 
 
 def outcome_report(
-    cfg: OutcomeRewardConfig,
+    cfg: NextSessionRewardConfig,
     data: Path,
     eval_dir: Path,
     labels: Sequence[str],

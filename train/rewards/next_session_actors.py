@@ -13,16 +13,17 @@ from dataclasses import asdict
 from typing import Any
 
 from memrl.envs.actors import actor_error_cause, spawn_workers, start_ray
-from memrl.envs.collab.next_session import NextSessionRow, NextSessionScorer, SessionOutcome, build_scorer
-from memrl.rewards.config import OutcomeRewardConfig
+from memrl.envs.collab.next_session import NextSessionRow, SessionOutcome
+from memrl.rewards.config import NextSessionRewardConfig
 from memrl.rollout.base import Message
+from memrl.train.rewards.next_session import NextSessionScorer, build_scorer
 
 
 class OutcomeWorker:
     """A Ray actor: an in-process scorer of its own (its own agent model)."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
-        local = OutcomeRewardConfig.model_validate(cfg).model_copy(update={"workers": None, "ray_address": None})
+        local = NextSessionRewardConfig.model_validate(cfg).model_copy(update={"workers": None, "ray_address": None})
         self.scorer = build_scorer(local)
 
     async def play(self, jobs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any] | str]:
@@ -39,7 +40,7 @@ class _Remote:
 
 
 class ActorScorer(NextSessionScorer):
-    def __init__(self, cfg: OutcomeRewardConfig) -> None:
+    def __init__(self, cfg: NextSessionRewardConfig) -> None:
         super().__init__(_Remote(), max_turns=cfg.max_turns, seed=cfg.seed, cache_size=cfg.cache_size)
         self.cfg = cfg
         self._stack = contextlib.ExitStack()

@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.files import atomic_write_json
+from memrl.data_gen.tod.goals import Goal, extract_goals, value_pool
+from memrl.data_gen.tod.individuals import GenerationStats, check_run_config, generate
+from memrl.data_gen.tod.plan import IndividualPlan
+from memrl.data_gen.tod.plan import plan_individuals as plan
+from memrl.data_gen.tod.session_writers import LLMWriter, SessionWriter, TemplateWriter
 from memrl.envs.tod.formats import Individual, load_individual
-from memrl.envs.tod.generate import GenerationStats, IndividualPlan, SessionWriter, check_run_config, generate
-from memrl.envs.tod.generate import plan_individuals as plan
 from memrl.envs.tod.memory import (
     LLMMemoryBuilder,
     MemoryBuilder,
@@ -30,8 +33,7 @@ from memrl.envs.tod.memory import (
     write_memory_bank,
 )
 from memrl.envs.tod.schema import Schemas, TodDataError, load_schemas
-from memrl.envs.tod.sgd import Goal, dialogue_files, extract_goals, value_pool
-from memrl.envs.tod.writers import LLMWriter, TemplateWriter
+from memrl.envs.tod.sgd import dialogue_files
 from memrl.rollout.base import ChatBackend, SamplingParams
 
 

@@ -1,4 +1,4 @@
-"""The reward of a collab episode, from what the simulated user experienced: four parts, each its own TRL function.
+"""The reward of a collab episode, from what the simulated user experienced: four parts and their weighted sum.
 
     task_success  1 when the user's final draft is graded correct, else 0
     user_effort   minus the user's enforcing turns (the paper's user effort: turns spent asking the agent to follow
@@ -10,17 +10,14 @@
                   group whose every reply breaks something still has a signal
     length        minus the conversation's messages, both sides
 
-Each part reads the episode record (`CollabEpisode.record()`) that the rollout forwards as the extra field
-`episode`; weights come from the recipe (`OutcomeWeights`). An episode the rollout could not finish (a user
-simulator failure, the token budget) has no record: every function returns None for it, which TRL 1.16 treats as
-unscorable (advantage 0, left out of its group's mean and std). `task_success` also logs how many episodes of the
-batch ended each way (`episode/<status>`), so failures are counted where the rewards are, and the share of replies
-cut at the reply budget (`episode/replies_cut`).
+Each part reads the episode record (`CollabEpisode.record()`); weights come from the recipe
+(`EpisodeRewardWeights`), and `EpisodeRewardWeights.total` is the one weighted sum (verl's agent loop scores with
+it; TRL sums the same weights itself, one reward function per part: memrl.train.rewards.trl.episode_funcs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -31,12 +28,11 @@ PARTS = ("task_success", "user_effort", "preference", "length")
 STATUSES = ("done", "failed", "over_budget")  # how a rollout's episode ended (the `episode_status` extra field)
 REPLIES_CUT = "replies_cut"  # the extra field with the share of an episode's replies cut at the reply budget
 
-RewardFunc = Callable[..., list[float | None]]
 Record = Mapping[str, Any]
 
 
-class OutcomeWeights(StrictModel):
-    """GRPO's reward is the weighted sum of the parts (TRL `reward_weights`)."""
+class EpisodeRewardWeights(StrictModel):
+    """GRPO's reward is the weighted sum of the parts (TRL `reward_weights`, verl's agent loop `total`)."""
 
     task_success: float = Field(default=1.0, description="weight of the graded answer (0/1)")
     user_effort: float = Field(default=0.2, description="weight of minus the enforcing user turns")
@@ -45,6 +41,11 @@ class OutcomeWeights(StrictModel):
 
     def as_list(self) -> list[float]:
         return [getattr(self, part) for part in PARTS]
+
+    def total(self, parts: Mapping[str, float | None]) -> float:
+        """The weighted sum of `episode_parts`; a part that is None (no preference reaction) adds nothing, as TRL
+        sums the other parts."""
+        return sum(w * v for w, v in zip(self.as_list(), (parts[p] for p in PARTS), strict=True) if v is not None)
 
 
 def met_share(violated: Sequence[Collection[str]], held: int) -> float:
@@ -65,29 +66,10 @@ def preference_share(record: Record) -> float | None:
     return met_share([t["checker_violated"] for t in reactions], len(record["preferences"]))
 
 
-def outcome_parts(record: Record) -> dict[str, float | None]:
+def episode_parts(record: Record) -> dict[str, float | None]:
     return {
         "task_success": float(record["task_success"]),
         "user_effort": -float(record["user_effort"]),
         "preference": preference_share(record),
         "length": -float(record["length"]),
     }
-
-
-def _part(name: str) -> RewardFunc:
-    def reward(completions: Sequence[Any], episode: Sequence[Record | None], **kwargs: Any) -> list[float | None]:
-        if name == "task_success" and callable(log_metric := kwargs.get("log_metric")):
-            statuses = kwargs.get("episode_status") or []
-            for status in STATUSES:
-                log_metric(f"episode/{status}", float(sum(s == status for s in statuses)))
-            if cut := [float(c) for c in kwargs.get(REPLIES_CUT) or [] if c is not None]:
-                log_metric(f"episode/{REPLIES_CUT}", sum(cut) / len(cut))
-        return [None if record is None else outcome_parts(record)[name] for record in episode]
-
-    reward.__name__ = name  # TRL logs each function as rewards/<__name__>/mean
-    return reward
-
-
-def reward_funcs() -> list[RewardFunc]:
-    """One TRL reward function per part, in `PARTS` order (the order of `OutcomeWeights.as_list`)."""
-    return [_part(name) for name in PARTS]

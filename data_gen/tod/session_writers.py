@@ -12,16 +12,27 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from memrl.data_gen.tod.plan import SessionPlan
 from memrl.envs.tod.formats import ConfirmationState, Session, Turn
-from memrl.envs.tod.generate import MIN_TURNS, SessionPlan
 from memrl.envs.tod.schema import Schemas, boolean_clause, intent_phrase, is_boolean, slot_phrase, slot_question
 from memrl.envs.tod.values import mentions
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
 from memrl.rollout.json_output import parse_json_object
 
 Written = tuple[Session, bool]  # the session, and whether a model failed it so the template wrote it
+MIN_TURNS = 6  # turns of an incomplete or updating session (a model writes at least 3 before a confirmation)
+
+
+class SessionWriter(Protocol):
+    """Turns plans into sessions, yielding (session, whether a model failed it and the template wrote it) in order."""
+
+    fallbacks: int
+
+    def write(self, plan: SessionPlan) -> Session: ...
+
+    def write_many(self, plans: Sequence[SessionPlan]) -> Iterator[Written]: ...
 
 
 class _Phrasing:

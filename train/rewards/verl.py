@@ -1,56 +1,77 @@
-"""verl custom reward functions for the reflection reward.
+"""verl custom reward functions: the reflection reward, with the next-session outcome mixed in when it is configured.
 
-    reward.custom_reward_function.path=pkg://memrl.rewards.verl_reward
+    reward.custom_reward_function.path=pkg://memrl.train.rewards.verl
     reward.custom_reward_function.name=compute_score_async        # or compute_score (sync)
     +reward.custom_reward_function.reward_kwargs.judge=offline    # offline (default) | llm
 
 verl merges `reward_kwargs` into every call. Either `reward_config` (a RewardConfig as a mapping or a JSON string:
 what `memrl` launchers pass) or shorthand keys: `judge` (a kind, or a full JudgeConfig mapping), `model`,
 `endpoint`, `api_key`, `cache_dir`, `retries`, `coverage_weight`, `format_weight`, `length_penalty`
-(a LengthPenaltyConfig mapping), `outcome` (an OutcomeRewardConfig mapping, read by memrl.envs.collab.outcome_verl),
-`max_concurrency` (judge requests in flight, with `endpoint`). An OpenAI-compatible
-judge without a key reads
-MEMRL_JUDGE_API_KEY. With `judge=llm` and no endpoint, a reward model that verl's reward loop serves is used
-through its router (`reward_router_address`), under `model` or the reward model's path. One RewardScorer is built
-per process and configuration, and reused.
+(a LengthPenaltyConfig mapping), `outcome` (a NextSessionRewardConfig mapping), `max_concurrency` (judge requests in
+flight, with `endpoint`). An OpenAI-compatible judge without a key reads MEMRL_JUDGE_API_KEY. With `judge=llm` and
+no endpoint, a reward model that verl's reward loop serves is used through its router (`reward_router_address`),
+under `model` or the reward model's path. One RewardScorer is built per process and configuration, and reused.
 
 A sample whose judge failed after its retries has no reward: its `score` is NaN (a float, as verl requires) with
 `judge_failed: 1.0` and `coverage` / `judge_score` None. The `memrl_grpo` advantage estimator
-(`memrl.rewards.verl_advantage`) leaves NaN-scored samples out of their group and gives them advantage 0, as TRL
+(`memrl.train.rewards.advantage`) leaves NaN-scored samples out of their group and gives them advantage 0, as TRL
 does with a None reward; verl's plain `grpo` estimator would spread the NaN over the whole group, so launchers set
 `algorithm.adv_estimator=memrl_grpo`. `judge_failed` reaches verl's validation metrics (`val-aux/.../judge_failed`);
 during training the estimator logs each step's count, and verl's `critic/score/mean` reads NaN on such a step.
+
+With an `outcome` block (its `data`: the reflection_data folder), `score` = the judge reward's score +
+outcome.weight * outcome; the dict keeps the judge's parts and adds `outcome`, `outcome_with_notes`,
+`outcome_without_notes` and `outcome_failed`. A sample whose next session failed scores NaN too. The row's user
+comes from `extra_info.key`; concurrent calls of the async function are played as one lock-step batch of sessions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
+from memrl.core.asyncs import MicroBatcher, run_sync
 from memrl.core.errors import ConfigError
-from memrl.rewards.config import JudgeConfig, RewardConfig
+from memrl.envs.collab.next_session import NextSessionRow, load_rows
+from memrl.rewards.config import JudgeConfig, NextSessionRewardConfig, RewardConfig
+from memrl.rewards.format import extract_notes
 from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import GroundTruth, RewardParts
 from memrl.rollout.config import OpenAIModelConfig
+from memrl.train.rewards.next_session import NextSessionScorer, OutcomeParts, build_scorer
 
 _SCORERS: dict[str, RewardScorer] = {}
+_OUTCOME_SCORERS: dict[str, tuple[NextSessionScorer, dict[str, NextSessionRow]]] = {}
+# One batcher per (event loop, scorer): the (notes, row) pairs of concurrent calls are played as one lock-step batch.
+_BATCHERS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, tuple[NextSessionScorer, MicroBatcher[tuple[str, NextSessionRow], OutcomeParts]]
+] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 _REWARD_KEYS = ("coverage_weight", "format_weight", "length_penalty", "outcome")
 _JUDGE_KEYS = ("cache_dir", "retries")
 _VERL_KEYS = ("reward_router_address", "reward_model_tokenizer")  # never part of the config
 _SHORTHAND_KEYS = ("judge", "model", "endpoint", "api_key", "max_concurrency", *_VERL_KEYS)
 JUDGE_KEY_ENV = "MEMRL_JUDGE_API_KEY"
-# The outcome reward's models (memrl.envs.collab.outcome_verl) get their keys the same way, one variable each.
+# The outcome reward's models get their keys the same way, one variable each.
 OUTCOME_KEY_ENVS = {"agent": "MEMRL_OUTCOME_AGENT_API_KEY", "judge": "MEMRL_OUTCOME_JUDGE_API_KEY"}
 # The advantage estimator that leaves NaN-scored (judge failed) samples out, and the module that registers it.
 ADV_ESTIMATOR = "memrl_grpo"
-ADV_MODULE = "memrl.rewards.verl_advantage"
+ADV_MODULE = "memrl.train.rewards.advantage"
+REWARD_MODULE = "memrl.train.rewards.verl"  # what verl loads the reward functions from, outcome or not
+
+
+def reward_path() -> str:
+    """Where verl loads compute_score from: always the importable module (`pkg://`), since verl's reward workers sit
+    on every node of the run, where a file path of this node may not exist."""
+    return f"pkg://{REWARD_MODULE}"
 
 
 def _plain(value: Any) -> Any:
@@ -160,11 +181,50 @@ def _truth(ground_truth: Any) -> GroundTruth:
     return GroundTruth.from_obj(ground_truth if isinstance(ground_truth, str) else _plain(ground_truth))
 
 
+def outcome_scorer(cfg: NextSessionRewardConfig) -> tuple[NextSessionScorer, dict[str, NextSessionRow]]:
+    """The process-wide next-session scorer and rows for this configuration (built on first use)."""
+    if cfg.data is None:
+        raise ConfigError("reward_kwargs: reward_config.outcome.data must name the reflection_data folder (verl)")
+    key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+    with _LOCK:
+        if key not in _OUTCOME_SCORERS:
+            _OUTCOME_SCORERS[key] = (build_scorer(cfg), load_rows(cfg.data))
+        return _OUTCOME_SCORERS[key]
+
+
+def with_outcome(judge: Mapping[str, Any], outcome: OutcomeParts, weight: float) -> dict[str, float | None]:
+    """The judge's dict with the outcome's parts; `score` is always a float, NaN where a part failed."""
+    total = judge["score"] + weight * outcome.score if outcome.score is not None else math.nan
+    return dict(judge) | {
+        "score": total,
+        "outcome": outcome.score,
+        "outcome_with_notes": outcome.with_notes,
+        "outcome_without_notes": outcome.without_notes,
+        "outcome_failed": float(outcome.failed),
+    }
+
+
+async def _outcome(cfg: NextSessionRewardConfig, solution_str: str, extra_info: dict[str, Any] | None) -> OutcomeParts:
+    scorer, rows = outcome_scorer(cfg)
+    row_key = str((extra_info or {}).get("key", ""))
+    if row_key not in rows:
+        raise ConfigError(f"outcome reward: extra_info.key {row_key!r} is not a row of {cfg.data}")
+    loop = asyncio.get_running_loop()
+    with _LOCK:
+        held = _BATCHERS.get(loop)
+        if held is None or held[0] is not scorer:
+            held = _BATCHERS[loop] = (scorer, MicroBatcher(scorer.ascore, wait_s=0.02))
+        batcher = held[1]
+    return await batcher.submit((extract_notes(solution_str) or "", rows[row_key]))
+
+
 def compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
 ) -> dict[str, float | None]:
     """Sync reward function (verl runs it in a thread pool, one sample per call)."""
     scorer = get_scorer(kwargs)
+    if scorer.cfg.outcome is not None:  # the sessions of concurrent calls are batched on one event loop
+        return run_sync(compute_score_async(data_source, solution_str, ground_truth, extra_info, **kwargs))
     parts = scorer.score([solution_str], [_truth(ground_truth)])[0]
     return to_verl(parts)
 
@@ -172,7 +232,11 @@ def compute_score(
 async def compute_score_async(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
 ) -> dict[str, float | None]:
-    """Async reward function for verl's reward loop: concurrent calls are batched into one judge call."""
+    """Async reward function for verl's reward loop: concurrent calls are batched into one judge call (and one
+    lock-step batch of next sessions)."""
     scorer = get_scorer(kwargs)
-    parts = await scorer.ascore_one(solution_str, _truth(ground_truth))
-    return to_verl(parts)
+    judge = scorer.ascore_one(solution_str, _truth(ground_truth))
+    if (cfg := scorer.cfg.outcome) is None:
+        return to_verl(await judge)
+    parts, outcome = await asyncio.gather(judge, _outcome(cfg, solution_str, extra_info))
+    return with_outcome(to_verl(parts), outcome, cfg.weight)

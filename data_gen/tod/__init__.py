@@ -1,0 +1,1 @@
+"""SGD dialogues -> MS-TOD individuals: goals, plans, session writers, the dataset folder."""

@@ -1,0 +1,69 @@
+"""asyncio helpers shared by the layers: run a coroutine from sync code, and gather single requests into batches."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+Request = TypeVar("Request")
+Result = TypeVar("Result")
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, also when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class MicroBatcher(Generic[Request, Result]):
+    """Collects single requests made on one event loop within `wait_s` (at most `max_batch`) and hands them to
+    `score` together: verl calls a reward function once per sample, a batch feeds the judge or the env in one go."""
+
+    def __init__(
+        self, score: Callable[[list[Request]], Awaitable[list[Result]]], wait_s: float, max_batch: int = 256
+    ) -> None:
+        self.score = score
+        self.wait_s = wait_s
+        self.max_batch = max_batch
+        self.pending: list[tuple[Request, asyncio.Future[Result]]] = []
+        self.timer: asyncio.TimerHandle | None = None
+        self.running: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
+
+    async def submit(self, request: Request) -> Result:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Result] = loop.create_future()
+        self.pending.append((request, future))
+        if len(self.pending) >= self.max_batch:
+            self._flush()
+        elif self.timer is None:
+            self.timer = loop.call_later(self.wait_s, self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        batch, self.pending = self.pending, []
+        if batch:
+            task = asyncio.ensure_future(self._run(batch))
+            self.running.add(task)
+            task.add_done_callback(self.running.discard)
+
+    async def _run(self, batch: list[tuple[Request, asyncio.Future[Result]]]) -> None:
+        try:
+            results = await self.score([request for request, _ in batch])
+        except Exception as exc:  # hand the error to every waiting caller instead of losing it in a task
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
