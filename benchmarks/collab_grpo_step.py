@@ -240,7 +240,7 @@ def trl_step(stage: Any, base_model: str, out_dir: Path, seed: int, warmup: int,
     from transformers import AutoTokenizer
 
     from memrl.core.checkpoints import tokenizer_source
-    from memrl.train.online.trl_collab import grpo_args
+    from memrl.train.online.trl_collab import collab_args
     from memrl.train.trl_common import TrainContext
     from memrl.train.trl_grpo import policy_model
 
@@ -250,7 +250,7 @@ def trl_step(stage: Any, base_model: str, out_dir: Path, seed: int, warmup: int,
     # One prompt per group, in the order memrl played them (each group's rollouts share the prompt).
     prompts = [tokenizer.decode(p) for p in memrl.prompts[:: stage.rollouts]]
     ctx = TrainContext(out_dir=out_dir, stage="trl", seed=seed, report_to="none", run_name="bench-trl")
-    config = grpo_args(stage, ctx) | {
+    config = collab_args(stage, ctx) | {
         "max_completion_length": length,
         "generation_kwargs": {"max_new_tokens": length, "min_new_tokens": length},
         "reward_weights": None,

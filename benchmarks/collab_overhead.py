@@ -163,7 +163,7 @@ def run(
     users: int, sessions: int, latency: float, in_flight: int, workers: Sequence[int], workdir: Path
 ) -> dict[str, Any]:
     """Both measurements; Ray starts once and serves every actor count in turn."""
-    from memrl.envs.actors import start_ray
+    from memrl.envs.ray_start import start_ray
 
     result: dict[str, Any] = {"scripted_zero_latency": asyncio.run(_scripted(users, sessions))}
     print(f"scripted: {result['scripted_zero_latency']['turns_per_second']} turns/s", flush=True)

@@ -23,9 +23,9 @@ from typing import Any
 
 from rich.console import Console
 
-from memrl.envs.actors import FAILED_FILE
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.runner import collab_run
+from memrl.envs.run_records import FAILED_FILE
 
 HERE = Path(__file__).parent
 

@@ -29,8 +29,8 @@ from memrl.core.errors import ConfigError
 from memrl.core.files import read_jsonl
 from memrl.core.outcomes import Outcome, require_success
 from memrl.data_gen.writers import SFT_SCHEMA, write_jsonl, write_parquet
-from memrl.envs.actors import FailedWork
 from memrl.envs.pahf import prompts
+from memrl.envs.run_records import FailedWork
 
 SKIP_REASONS = ("not_salient", "never_retrieved")
 

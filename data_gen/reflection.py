@@ -95,6 +95,15 @@ def load_sessions(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def load_split(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """The session records of one split's files; files holding none are a ConfigError naming them, on the command
+    and the stage alike (a split with no session would only fail later, as "no records")."""
+    records = [s for path in paths for s in load_sessions(path)]
+    if not records:
+        raise ConfigError(f"no session records in {', '.join(map(str, paths))}")
+    return records
+
+
 # --- what one session teaches -------------------------------------------------------------------------------------
 
 

@@ -9,8 +9,8 @@ environment:
   finished; a rerun skips finished items, and a chain resumes from the state its last finished item left;
 - the workers: how many (`workers`, else min(chains, CPUs, 8), never more than the chains left) and each one's
   share of `max_in_flight` requests per model endpoint; in-process models are served once for them all;
-- Ray: started (or joined at `ray_address`) only when work is left, workers spawned, a call whose worker died run
-  once more on the restarted worker (`InFlight`);
+- Ray: started (or joined at `ray_address`) only when work is left, workers spawned (`ActorPool`), a call whose
+  worker died run once more on the restarted worker (`InFlight`);
 - faults: an item whose model endpoint failed after the client's retries goes to `failed.jsonl` and stops its
   chain for this run (later items need its state); a rerun runs it again; a run where items failed and none
   finished returns a `DrivenRun` whose `check()` raises one line with the counts and the first failure
@@ -37,7 +37,10 @@ from rich.console import Console
 from memrl.core.jsonl import ResumableJsonl
 from memrl.core.outcomes import Outcome, require_success, shortfall
 from memrl.core.progress import progress
-from memrl.envs.actors import EnvRun, FailedWork, InFlight, endpoint_server, spawn_workers, start_ray
+from memrl.envs.endpoints import endpoint_server
+from memrl.envs.pool import ActorPool, InFlight
+from memrl.envs.ray_start import start_ray
+from memrl.envs.run_records import EnvRun, FailedWork
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -117,7 +120,7 @@ class _Left(Generic[Item, State]):
 
     items: deque[Item]
     state: State
-    worker: Any = None
+    worker: int = 0  # the chain's worker, in the pool
 
 
 def resume(
@@ -163,9 +166,7 @@ def drive(
     planned = sum(len(chain.items) for chain in chains)
     n_workers = min(cfg.workers or min(len(chains), os.cpu_count() or 1, MAX_DEFAULT_WORKERS), max(len(todo), 1))
     failures = FailedWork(out, console)
-    in_flight: InFlight[tuple[_Left[Item, State], Item]] = InFlight(
-        lambda tag: schedule.name(tag[1]), warn=lambda line: console.print(line, style="yellow", markup=False)
-    )
+    retried = 0
     finished = 0
     left = sum(len(chain.items) for chain in todo)
 
@@ -176,13 +177,18 @@ def drive(
             if world.serve_one or n_workers > 1 or cfg.ray_address is not None:
                 roles = serve_roles(roles, stack, out / "logs", max(1, math.ceil(cfg.max_in_flight / n_workers)))
             start_ray(cfg.ray_address, stack)
-            workers = spawn_workers(world.worker, n_workers, world.spec(roles))
+            in_flight: InFlight[tuple[_Left[Item, State], Item]] = InFlight(
+                ActorPool(world.worker, n_workers, world.spec(roles)),
+                lambda tag: schedule.name(tag[1]),
+                warn=lambda line: console.print(line, style="yellow", markup=False),
+            )
+            stack.callback(in_flight.close)  # before Ray shuts down
             waiting, started, sent = deque(todo), 0, 0
 
             def submit(chain: _Left[Item, State]) -> None:
                 nonlocal sent
                 item = chain.items.popleft()
-                worker = chain.worker if schedule.pinned else workers[sent % n_workers]
+                worker = chain.worker if schedule.pinned else sent % n_workers
                 in_flight.submit((chain, item), worker, *schedule.args(item, chain.state))
                 sent += 1
 
@@ -190,7 +196,7 @@ def drive(
                 nonlocal started
                 while waiting and (schedule.at_once is None or len(in_flight) < schedule.at_once):
                     chain = waiting.popleft()
-                    chain.worker = workers[started % n_workers]
+                    chain.worker = started % n_workers
                     started += 1
                     submit(chain)
 
@@ -209,7 +215,8 @@ def drive(
                     if chain.items:
                         submit(chain)
                 start_chains()
+            retried = in_flight.retried
     first = f"{failures.now[0][0]}: {failures.now[0][1]['error']}" if failures.now else None
     ran = Outcome(label, left, finished, len(failures.now), first)
     outstanding = FailedWork.outstanding(out, sink.done)
-    return DrivenRun(list(sink.latest().values()), outstanding, planned, in_flight.retried, ran)
+    return DrivenRun(list(sink.latest().values()), outstanding, planned, retried, ran)

@@ -7,8 +7,8 @@ makes on one event loop is gathered (`MicroBatcher`) into ONE call per actor car
 which the actor runs concurrently on its own event loop (an LLM user's requests go out together).
 
 Faults. An environment that raises fails only its episode (its error comes back as a string). An actor that dies
-(killed, OOM) is restarted by Ray (`spawn_workers`' `max_restarts`); each of its live episodes is then replayed
-once on the restarted actor: reset (with the seed it was given) and stepped again with the replies already given,
+(killed, OOM) is restarted by Ray (`ActorPool`); each of its live episodes is then replayed once on the restarted
+actor (the pool's replay hook): reset (with the seed it was given) and stepped again with the replies already given,
 each observation checked against the recorded one (the rule user is deterministic per seed; a sampling LLM user is
 not, and such an episode fails saying so), before the interrupted call is made again. Replays are counted and
 logged. A second death of the same episode fails it (`EnvActorDied`), never the batch.
@@ -20,17 +20,16 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 from memrl.core.asyncs import MicroBatcher
-from memrl.core.errors import first_line
-from memrl.envs.actors import actor_died, actor_error_cause, spawn_workers, start_ray
 from memrl.envs.episode import Episode, Step
 from memrl.envs.online import Episodes, OnlineEpisode, ViewSource
+from memrl.envs.pool import ActorDied, ActorLost, ActorPool
+from memrl.envs.ray_start import start_ray
 from memrl.rollout.base import Message
 
 log = logging.getLogger(__name__)
@@ -152,23 +151,31 @@ class RemoteEpisode:
         return self._record
 
     async def _call(self, method: str, payload: tuple[Any, ...]) -> dict[str, Any]:
-        while True:
-            out = await self.source.submit(method, self, payload)
-            if isinstance(out, dict):
-                return out
-            if isinstance(out, str):
-                raise RemoteEnvError(out)
-            if out is not None and not actor_died(out):
-                raise actor_error_cause(out)
-            # The actor died during the call (Ray's error), or before it (None: it restarted and lost the episode).
-            self.deaths += 1
-            why = "it restarted without the episode" if out is None else first_line(out)
-            if self.deaths > 1:
-                raise EnvActorDied(f"env actor {self.actor} died {self.deaths} times while playing {self.name}: {why}")
-            self.source.replaying(self, why)
-            await self.source.restarted(self.actor)
-            if method == "step":
-                await self._replay()
+        replay = self._replay if method == "step" else None  # a reset is made again as it was
+        try:
+            return await self.source.pool.call(
+                self.actor, lambda _: self._attempt(method, payload), died=self._died, replay=replay
+            )
+        except ActorDied as exc:  # died again under the same call: the episode's second death at least
+            self._died(exc.why)
+            raise
+
+    async def _attempt(self, method: str, payload: tuple[Any, ...]) -> dict[str, Any]:
+        out = await self.source.submit(method, self, payload)
+        if isinstance(out, dict):
+            return out
+        if isinstance(out, str):
+            raise RemoteEnvError(out)
+        if out is None:  # the actor died before the call: it restarted and lost the episode
+            raise ActorLost("it restarted without the episode")
+        raise out  # Ray's error: the pool tells the actor's death from the work's own error
+
+    def _died(self, why: str) -> None:
+        """The episode's own rule, stricter than the pool's: its second death fails it, in whichever call."""
+        self.deaths += 1
+        if self.deaths > 1:
+            raise EnvActorDied(f"env actor {self.actor} died {self.deaths} times while playing {self.name}: {why}")
+        self.source.replaying(self, why)
 
     async def _replay(self) -> None:
         """Play the episode again on the restarted actor up to where it was, checking it says the same."""
@@ -200,29 +207,26 @@ class ActorEpisodes:
         args: Sequence[Any],
         workers: int,
         ray_address: str | None = None,
-        restart_timeout: float = 600.0,
     ) -> None:
         self.view = view
-        self.restart_timeout = restart_timeout
         self.replays = 0
         self.calls: list[tuple[str, int, int]] = []
         self._stack = contextlib.ExitStack()
         try:
             start_ray(ray_address, self._stack)
-            self.workers = spawn_workers(EpisodeWorker, workers, factory, *args)
+            self.pool = ActorPool(EpisodeWorker, workers, factory, *args)
         except BaseException:
             self._stack.close()
             raise
         self._dealt = 0
-        self._dropped: list[list[int]] = [[] for _ in self.workers]
-        self._restarts: dict[int, asyncio.Future[None]] = {}
+        self._dropped: list[list[int]] = [[] for _ in range(len(self.pool))]
         # wait_s 0: the calls of one round are all made before the loop's next turn, which flushes them together.
         self._batchers = {
             m: MicroBatcher(partial(self._send, m), wait_s=0.0, max_batch=1 << 30) for m in ("reset", "step")
         }
 
     def __call__(self, spec: str) -> OnlineEpisode:
-        actor = self._dealt % len(self.workers)
+        actor = self._dealt % len(self.pool)
         episode = RemoteEpisode(self, self._dealt, spec, actor)
         weakref.finalize(episode, self._drop, actor, self._dealt)  # the actor forgets it with the next call
         self._dealt += 1
@@ -247,7 +251,7 @@ class ActorEpisodes:
             drop, self._dropped[actor] = self._dropped[actor], []
             jobs = [(requests[n][1], *requests[n][2]) for n in share]
             self.calls.append((method, actor, len(share)))
-            refs.append(getattr(self.workers[actor], method).remote(jobs, drop))
+            refs.append(getattr(self.pool.actors[actor], method).remote(jobs, drop))
         answers = await asyncio.gather(*refs, return_exceptions=True)
         out: list[Outcome | BaseException] = [None] * len(requests)
         for share, answer in zip(shares.values(), answers, strict=True):
@@ -261,32 +265,6 @@ class ActorEpisodes:
             "env actor %d died (%s): replaying %s once on the restarted actor", episode.actor, why, episode.name
         )
 
-    async def restarted(self, actor: int) -> None:
-        """Wait until Ray has restarted `actor` (its episodes share one wait, so their replays batch together)."""
-        waiting = self._restarts.get(actor)
-        if waiting is None or waiting.done():
-            waiting = self._restarts[actor] = asyncio.ensure_future(self._ready(self.workers[actor]))
-        await waiting
-
-    async def _ready(self, worker: Any) -> None:
-        from ray.exceptions import ActorUnavailableError
-
-        deadline = time.monotonic() + self.restart_timeout
-        while time.monotonic() < deadline:
-            try:
-                await worker.__ray_ready__.remote()
-                return
-            except ActorUnavailableError:  # still restarting: a call made now would fail at once
-                await asyncio.sleep(0.2)
-            except Exception:
-                return  # dead for good (restarts used up): the replay's first call fails and says why
-
     def close(self) -> None:
-        import ray
-
-        if ray.is_initialized():
-            for worker in self.workers:
-                with contextlib.suppress(Exception):
-                    ray.get(worker.close.remote(), timeout=10)  # the actor's own clients (an LLM user's backend)
-                ray.kill(worker, no_restart=True)
+        self.pool.close(before="close")  # the actor's own clients (an LLM user's backend)
         self._stack.close()

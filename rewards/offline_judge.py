@@ -19,10 +19,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from memrl.rewards.embedding import get_embedder
 from memrl.rewards.taxonomy_match import IDS, MatchParams, PreferenceMatcher
 from memrl.rewards.text import count_words, split_statements
 from memrl.rewards.types import JudgeItem, JudgeVerdict
+from memrl.rollout.embedding import get_embedder
 
 
 @dataclass(frozen=True)

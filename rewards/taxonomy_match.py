@@ -18,7 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from memrl.core.preferences import REQUESTS, TAXONOMY
-from memrl.rewards.embedding import Embedder
+from memrl.rollout.embedding import Embedder
 
 IDS: tuple[str, ...] = tuple(TAXONOMY)
 

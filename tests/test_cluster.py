@@ -115,7 +115,7 @@ def _assert_spread(nodes: set[str], cluster: Cluster) -> None:
     """Every session names a live node of this cluster, and together they cover both nodes."""
     alive = cluster.node_ids()
     assert nodes <= alive
-    assert nodes == alive  # envs.actors.spawn_workers deals workers round-robin over the live nodes
+    assert nodes == alive  # envs.pool.spawn_workers deals workers round-robin over the live nodes
 
 
 @dataclass

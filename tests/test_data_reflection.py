@@ -291,3 +291,25 @@ def test_bad_session_files_fail_in_one_line(session_files: dict[str, Path], tmp_
     )
     assert isinstance(result.exception, ConfigError)
     assert str(result.exception).startswith(f"{bad}:3:")
+
+
+def test_an_empty_split_is_refused_in_one_line_by_the_command_and_the_stage(tmp_path: Path) -> None:
+    from conftest import memrl_in_process
+
+    empty, one = tmp_path / "empty.jsonl", tmp_path / "one.jsonl"
+    empty.write_text("\n")
+    turns = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    record = {"user_id": "u", "session": 0, "problem_id": "p", "task": "t", "preferences": [], "turns": turns}
+    one.write_text(json.dumps(record) + "\n")
+    run = tmp_path / "run"
+    paths = {
+        "command": ["data", "reflection", "--train-sessions", one, "--eval-sessions", empty, "--out", tmp_path / "o"],
+        "stage": ["run", "quickstart", "--smoke", "--stage", "data", f"output_dir={run}",
+                  f"stages.data.train_sessions=[{one}]", f"stages.data.eval_sessions=[{empty}]"],
+    }  # fmt: skip
+    for path, argv in paths.items():
+        code, err = memrl_in_process(argv)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and lines[-1].endswith(f"no session records in {empty}"), (path, err)
+        assert lines[-1].startswith("memrl: error: "), (path, err)
+    assert not (tmp_path / "o").exists() and not (run / "data" / "train.jsonl").exists()

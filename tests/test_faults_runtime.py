@@ -229,7 +229,7 @@ def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
 def test_a_killed_driver_takes_its_local_ray_with_it() -> None:
     """Issue 26.5: after SIGKILL of a driver, Ray's dashboard and runtime-env agents lived on for 30-90 s."""
     driver = (
-        "import contextlib, time; from memrl.envs.actors import start_ray; start_ray(None, contextlib.ExitStack()); "
+        "import contextlib, time; from memrl.envs.ray_start import start_ray; start_ray(None, contextlib.ExitStack()); "
         "print('up', flush=True); time.sleep(600)"
     )
     proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, env=_env(), text=True)

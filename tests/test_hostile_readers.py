@@ -101,7 +101,7 @@ def test_the_cli_consoles_mask_secrets(capsys: pytest.CaptureFixture[str]) -> No
     from memrl.core import secrets
 
     secrets.register(["console-secret-5d2a7c"])
-    cells = commands.eval_collab.__closure__ or ()  # a command `from_config` built: its console is in its closure
+    cells = commands.COMMANDS["eval collab"].__closure__ or ()  # built by `from_config`: its console is in its closure
     action_consoles = [c.cell_contents for c in cells if isinstance(c.cell_contents, Console)]
     for console in [main.console, *action_consoles]:
         console.print("session failed: http://u:console-secret-5d2a7c@h/v1")

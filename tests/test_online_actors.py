@@ -108,7 +108,7 @@ def kill(source: ActorEpisodes, actor: int) -> None:
     """Kill an actor as the OOM killer would, and wait until Ray has restarted it (a new process)."""
     import ray
 
-    worker = source.workers[actor]
+    worker = source.pool.actors[actor]
     before = ray.get(worker.__ray_call__.remote(lambda _: os.getpid()))
     ray.kill(worker, no_restart=False)
     while True:
@@ -148,7 +148,7 @@ def test_an_actor_killed_mid_rollout_is_restarted_and_its_episodes_replayed_once
 
     def hook(n: int) -> None:
         if n == 2:  # waited for: the next call finds a new actor without the episodes; else Ray's error fails it
-            kill(source, 0) if wait else ray.kill(source.workers[0], no_restart=False)
+            kill(source, 0) if wait else ray.kill(source.pool.actors[0], no_restart=False)
 
     source = actors()
     try:

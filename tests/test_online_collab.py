@@ -304,7 +304,7 @@ def test_dr_grpo_normaliser_is_the_same_on_trl_and_verl(tiny_qwen2: str, tmp_pat
 
     from memrl.app.recipe import load_recipe
     from memrl.train.online.config import CollabGRPOStage
-    from memrl.train.online.trl_collab import grpo_args
+    from memrl.train.online.trl_collab import collab_args
     from memrl.train.online.verl_overrides import collab_overrides
     from memrl.train.trl_common import TrainContext
 
@@ -319,7 +319,7 @@ def test_dr_grpo_normaliser_is_the_same_on_trl_and_verl(tiny_qwen2: str, tmp_pat
         trainer = GRPOTrainer(
             model=tiny_qwen2,
             reward_funcs=[*episode_funcs()],
-            args=GRPOConfig(**grpo_args(stage, ctx)),
+            args=GRPOConfig(**collab_args(stage, ctx)),
             train_dataset=Dataset.from_dict({"prompt": episode_rows(ENV)}),
             rollout_func=lambda prompts, trainer: {},  # never called: only the trainer's set-up is read
         )

@@ -98,7 +98,7 @@ def test_backends_agree_on_a_random_workload(tmp_path: Path, embedder: object) -
 
 
 def test_backends_agree_with_minilm(tmp_path: Path) -> None:
-    from memrl.rewards.embedding import get_embedder
+    from memrl.rollout.embedding import get_embedder
 
     embedder = get_embedder()
     notes = [

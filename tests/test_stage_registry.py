@@ -132,3 +132,21 @@ def test_cli_flags_and_recipe_keys_build_the_same_config(tmp_path: Path) -> None
     from_stage = TodEvalConfig.model_validate(stage.model_dump(exclude={"kind"}))
     from_flags = TodEvalConfig.model_validate({"data": str(FIXTURES / "mstod"), "top_k": 2, "retriever": "bm25"})
     assert from_stage == from_flags
+
+
+def test_every_action_is_a_command_and_a_stage_named_by_one_rule() -> None:
+    from memrl.app.actions import kind_of
+    from memrl.app.actions.registry import ACTIONS
+    from memrl.app.cli.commands import COMMANDS, SHAPES
+
+    assert (kind_of("eval tod"), kind_of("data tod"), kind_of("export")) == ("eval_tod", "tod_data", "export")
+    assert len({a.command for a in ACTIONS}) == len(ACTIONS) and set(SHAPES) <= set(COMMANDS)
+    for action in ACTIONS:
+        assert action.kind == kind_of(action.command)
+        assert KINDS[action.kind].config.__doc__ == action.help  # the stage is the action's, under the rule's name
+        assert COMMANDS[action.command].__doc__ == action.help
+    # Every `memrl eval|data` command, generated or hand-written, runs as the stage its words name by the rule.
+    root = get_command(app)
+    for group in ("eval", "data"):
+        for verb in root.commands[group].commands:  # type: ignore[attr-defined]
+            assert kind_of(f"{group} {verb}") in KINDS, f"{group} {verb}"

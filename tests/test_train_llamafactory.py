@@ -248,3 +248,28 @@ def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path, llamafactory_e
     assert json.loads((out / "all_results.json").read_text())["eval_loss"] > 0
     (run,) = (tmp_path / "wandb").glob("offline-run-*")
     assert list(run.glob("run-*.wandb"))  # the losses went to wandb's offline log
+
+
+def test_save_final_keeps_the_model_not_the_checkpoints(tmp_path: Path) -> None:
+    from memrl.core.checkpoints import read_info
+
+    output = tmp_path / lf.OUTPUT_SUBDIR
+    for name in ("adapter_config.json", "checkpoint-2/adapter_model.safetensors", "runs/events"):
+        (output / name).parent.mkdir(parents=True, exist_ok=True)
+        (output / name).write_text("{}")
+    (output / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    final = lf.save_final(tmp_path, base="Qwen/x", stage="sft")
+    assert sorted(p.name for p in final.iterdir()) == [
+        "adapter_config.json",
+        "memrl_checkpoint.json",
+        "trainer_state.json",
+    ]
+    info = read_info(final)
+    assert info is not None
+    assert (info.base, info.trainer, info.stage, info.steps, info.adapter) == (
+        "Qwen/x",
+        "llamafactory-sft",
+        "sft",
+        2,
+        True,
+    )

@@ -64,41 +64,67 @@ class SFTStage(StrictModel):
     overrides: list[str] = Field(default_factory=list, description="extra trainer overrides, passed through")
 
 
-class GRPOStage(StrictModel):
+class PolicyOptimStage(StrictModel):
+    """What every GRPO stage (the reflector's `grpo`, the agent's `collab_grpo`) says about the policy, its groups
+    and where it runs. Each kind adds its data and reward and sets the defaults that differ (lr, max_steps,
+    batch_size, rollouts, kl_coef); `response_budget` is the tokens a sample may generate after its prompt."""
+
+    trainer: Literal["trl", "verl"] = Field(
+        default="trl", description="trl: in-process on CPU or one GPU, accelerate on several; verl: Ray and vLLM"
+    )
+    model: str = Field(description="a key of the recipe's `models`: the base model")
+    init: str | None = Field(default=None, description="an sft stage of this recipe (or a checkpoint) to start from")
+    lora: LoraConfig | None = Field(default_factory=LoraConfig, description="null: full fine-tuning")
+    lr: PositiveFloat
+    max_steps: PositiveInt
+    batch_size: PositiveInt
+    micro_batch_size: PositiveInt = Field(default=1, description="per device, in samples (sequences or episodes)")
+    rollouts: PositiveInt
+    kl_coef: NonNegativeFloat
+    # grpo: per-sequence token mean (length-biased); dapo: token mean over the batch; dr_grpo: sum over a fixed
+    # length and no std scaling. The last two remove GRPO's preference for long wrong / short right answers.
+    loss: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
+    max_prompt_length: PositiveInt = Field(
+        default=2048, description="tokens of a prompt (TRL drops longer prompts, verl filters them out)"
+    )
+    temperature: PositiveFloat = 1.0
+    checkpoints: LoggingTarget = LoggingTarget()
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="where it runs (TRL: launch size)")
+    placement: Placement = Field(
+        default_factory=Placement, description="GPU stages: served models on reserved GPUs of this node, or elsewhere"
+    )
+    overrides: list[str] = Field(
+        default_factory=list, description="extra GRPOConfig fields (trl) or Hydra overrides (verl), name=value"
+    )
+
+    @property
+    def response_budget(self) -> int:
+        raise NotImplementedError
+
+
+class GRPOStage(PolicyOptimStage):
     """GRPO on the reflection reward (paper Table 5: lr 1e-6, 200 steps, batch 64, 8 rollouts, KL 0.003)."""
 
     kind: Literal["grpo"]
-    trainer: Literal["trl", "verl"] = "trl"
-    model: str = Field(description="a key of the recipe's `models`: the base model")
-    init: str | None = Field(default=None, description="an sft stage of this recipe (or a checkpoint) to start from")
     data: str = Field(description="a reflection_data stage of this recipe, or a dataset folder it wrote")
     reward: RewardConfig = RewardConfig()
     unscored: UnscoredStop = Field(
         default_factory=UnscoredStop, description="stop the run when most samples stay unscored step after step"
     )
-    lora: LoraConfig | None = Field(default_factory=LoraConfig, description="null: full fine-tuning")
     lr: PositiveFloat = 1e-6
     max_steps: PositiveInt = 200
     batch_size: PositiveInt = Field(default=64, description="prompts per step")
-    micro_batch_size: PositiveInt = Field(default=1, description="per device, in sequences")
     rollouts: PositiveInt = Field(default=8, description="samples per prompt (the GRPO group)")
     kl_coef: NonNegativeFloat = Field(default=0.003, description="KL loss coefficient; 0 drops the reference model")
-    # grpo: per-sequence token mean (length-biased); dapo: token mean over the batch; dr_grpo: sum over a fixed
-    # length and no std scaling. The last two remove GRPO's preference for long wrong / short right answers.
-    loss: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
-    max_prompt_length: PositiveInt = 2048
     max_response_length: PositiveInt = 1024
-    temperature: PositiveFloat = 1.0
     vllm: bool = Field(
         default=False,
         description="trainer trl: generate rollouts with vLLM colocated on the training GPU (verl always uses vLLM)",
     )
-    checkpoints: LoggingTarget = LoggingTarget()
-    cluster: ClusterConfig = ClusterConfig()
-    placement: Placement = Field(
-        default_factory=Placement, description="GPU stages: served models on reserved GPUs of this node, or elsewhere"
-    )
-    overrides: list[str] = Field(default_factory=list, description="extra trainer overrides, passed through")
+
+    @property
+    def response_budget(self) -> int:
+        return self.max_response_length
 
 
 class JudgerSelection(StrictModel):

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from memrl.core.checkpoints import CheckpointInfo, is_adapter
 from memrl.core.errors import ConfigError, MemrlError
 from memrl.core.files import read_json
 from memrl.core.outcomes import require_data
@@ -26,6 +28,7 @@ from memrl.train.launch import run_logged
 TRAIN_DATASET = "memrl_reflection_train"
 EVAL_DATASET = "memrl_reflection_eval"
 DATASET_SUBDIR = "llamafactory"
+OUTPUT_SUBDIR = "llamafactory"  # in the stage folder: LLaMA-Factory's output_dir
 DEEPSPEED_FILE = "ds_z2_config.json"
 DEFAULT_TEMPLATE = "chatml"
 _EXPONENT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -238,3 +241,15 @@ def run_llamafactory(
     base["PATH"] = f"{cli_path.parent}:{base.get('PATH', '')}"
     argv = command(yaml_path, cli_path)
     run_logged(argv, log, name="llamafactory-cli train", shown=" ".join(argv), env=base | dict(env or {}), tail=tail)
+
+
+def save_final(out: Path, *, base: str, stage: str) -> Path:
+    """A finished run's `final/`: LLaMA-Factory's output folder without its intermediate checkpoints, with the
+    checkpoint info written last, so that its presence means the stage finished."""
+    final = out / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    shutil.copytree(out / OUTPUT_SUBDIR, final, ignore=shutil.ignore_patterns("checkpoint-*", "runs"))
+    state = final / "trainer_state.json"
+    steps = json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
+    CheckpointInfo(base, "llamafactory-sft", stage, int(steps), is_adapter(final)).save(final)
+    return final

@@ -18,7 +18,7 @@ from memrl.core.errors import ConfigError
 from memrl.core.outcomes import require_data
 from memrl.rewards.unscored import UnscoredWatch
 from memrl.rollout.probe import require_reachable
-from memrl.train.config import GRPOStage
+from memrl.train.config import GRPOStage, PolicyOptimStage
 from memrl.train.endpoints import stage_endpoints
 from memrl.train.trl_common import (
     TrainContext,
@@ -44,7 +44,7 @@ def load_rl_split(data_dir: Path, split: str, tokenizer: Any, max_prompt_length:
     return kept, len(data) - len(kept)
 
 
-def policy_model(stage: GRPOStage, base_model: str) -> tuple[Any, Any, str]:
+def policy_model(stage: PolicyOptimStage, base_model: str) -> tuple[Any, Any, str]:
     """(model, peft_config, base ref). An SFT adapter keeps training as is; a full model gets a fresh adapter."""
     start = resolve_model(stage.init) if stage.init else resolve_model(base_model)
     if is_adapter(Path(start)):
@@ -73,6 +73,32 @@ def require_vllm(stage: GRPOStage, name: str) -> None:
         raise ConfigError(f"stages.{name}.vllm: vLLM is not installed (pip install vllm, on a GPU machine)")
 
 
+def grpo_args(stage: PolicyOptimStage, ctx: TrainContext, reward_weights: list[float]) -> dict[str, Any]:
+    """GRPOConfig fields of any GRPO stage (the trainer-specific ones are added by its caller)."""
+    completions = stage.batch_size * stage.rollouts
+    args = base_args(
+        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
+    )
+    args.update(
+        max_steps=stage.max_steps,
+        per_device_train_batch_size=stage.micro_batch_size,
+        gradient_accumulation_steps=accumulation_steps(
+            completions, stage.micro_batch_size, ctx.stage, "batch_size x rollouts"
+        ),
+        generation_batch_size=completions,  # one generation round feeds exactly one optimizer step
+        num_generations=stage.rollouts,
+        # dr_grpo divides each sample's summed loss by this constant: the whole response budget (an episode's, for
+        # the agent), as verl's loss_scale_factor does (train/verl_overrides.py): both trainers take the same step.
+        max_completion_length=stage.response_budget,
+        temperature=stage.temperature,
+        beta=stage.kl_coef,
+        loss_type=stage.loss,
+        scale_rewards="none" if stage.loss == "dr_grpo" else "group",
+        reward_weights=reward_weights,
+    )
+    return args
+
+
 def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainContext, console: Any) -> Path:
     require_vllm(stage, ctx.stage)  # before any model is loaded
     from transformers import AutoTokenizer
@@ -90,25 +116,7 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
         raise ConfigError(f"stages.{ctx.stage}: no training prompt fits max_prompt_length={stage.max_prompt_length}")
     watch = UnscoredWatch(stage.unscored, [e.label for e in endpoints])
     funcs, weights = grpo_rewards(stage.reward, data_dir, watch)  # the judge reward, plus the outcome reward if set
-    completions = stage.batch_size * stage.rollouts
-    accumulation = accumulation_steps(completions, stage.micro_batch_size, ctx.stage, "batch_size x rollouts")
-    args = base_args(
-        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
-    )
-    args.update(
-        max_steps=stage.max_steps,
-        per_device_train_batch_size=stage.micro_batch_size,
-        gradient_accumulation_steps=accumulation,
-        generation_batch_size=completions,  # one generation round feeds exactly one optimizer step
-        num_generations=stage.rollouts,
-        max_completion_length=stage.max_response_length,
-        temperature=stage.temperature,
-        beta=stage.kl_coef,
-        loss_type=stage.loss,
-        scale_rewards="none" if stage.loss == "dr_grpo" else "group",
-        reward_weights=weights,
-        **vllm_args(stage),
-    )
+    args = grpo_args(stage, ctx, weights) | vllm_args(stage)
     config = GRPOConfig(**apply_overrides(GRPOConfig, args, stage.overrides, ctx.stage))
     model, lora, base = policy_model(stage, base_model)
     trainer = GRPOTrainer(

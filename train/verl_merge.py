@@ -9,16 +9,20 @@ back (the recipe's, or the checkpoint's metadata) and records the base folder, s
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
+from memrl.core.checkpoints import CheckpointInfo, is_adapter, last_step_dir
 from memrl.core.errors import ConfigError
+from memrl.train.verl_overrides import CHECKPOINT_SUBDIR
 
 FSDP_CONFIG = "fsdp_config.json"
 LORA_META = "lora_train_meta.json"
 TRACKER = "latest_checkpointed_iteration.txt"
 ADAPTER_DIR = "lora_adapter"
 ADAPTER_CONFIG = "adapter_config.json"
+STEP_PREFIX = "global_step_"
 
 
 def shard_dir(path: Path) -> Path:
@@ -115,3 +119,16 @@ def merge_verl_checkpoint(
     run_verl(merge_command(local_dir, target_dir), log)
     alpha = fix_lora_alpha(target_dir, lora_alpha=lora_alpha, local_dir=local_dir)
     return target_dir / ADAPTER_DIR if alpha is not None else target_dir
+
+
+def save_final(out: Path, *, base: str, trainer: str, stage: str, lora_alpha: int | None) -> Path:
+    """A finished verl run's `final/`: its last FSDP checkpoint merged (an adapter for LoRA runs, else the full
+    model), with the checkpoint info written last, so that its presence means the stage finished."""
+    merged = merge_verl_checkpoint(out / CHECKPOINT_SUBDIR, out / "merged", lora_alpha=lora_alpha)
+    final = out / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    shutil.copytree(merged, final)
+    last = last_step_dir(out / CHECKPOINT_SUBDIR, prefix=STEP_PREFIX)
+    steps = int(last.name.removeprefix(STEP_PREFIX)) if last else 0
+    CheckpointInfo(base, trainer, stage, steps, is_adapter(final)).save(final)
+    return final

@@ -7,16 +7,17 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Required, TypedDict, Unpack
 
 from memrl.core.errors import ConfigError
 from memrl.core.secrets import redact, register, url_credentials
 from memrl.rewards.config import JudgeConfig
 from memrl.rollout.config import VLLMModelConfig
-from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, SFTStage
+from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, PolicyOptimStage, SFTStage
 from memrl.train.endpoints import stage_endpoints
-from memrl.train.placement import Placement, rollout_tp, trainer_cluster
+from memrl.train.placement import rollout_tp, trainer_cluster
 from memrl.train.rewards.verl import ADV_ESTIMATOR, ADV_MODULE, reward_path
 from memrl.train.verl_metrics import tracking_env
 
@@ -76,7 +77,8 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _kv(key: str, value: Any) -> str:
+def kv(key: str, value: Any) -> str:
+    """One Hydra override, `key=value`."""
     return f"{key}={hydra_value(value)}"
 
 
@@ -84,17 +86,17 @@ def _lora(prefix: str, lora: LoraConfig) -> list[str]:
     """Rank, alpha and target modules under `prefix` (where verl's config keeps the model)."""
     targets = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
     return [
-        _kv(f"{prefix}lora_rank", lora.rank),
-        _kv(f"{prefix}lora_alpha", lora.alpha),
-        _kv(f"{prefix}target_modules", targets),
+        kv(f"{prefix}lora_rank", lora.rank),
+        kv(f"{prefix}lora_alpha", lora.alpha),
+        kv(f"{prefix}target_modules", targets),
     ]
 
 
 def _attention(prefix: str) -> list[str]:
     """The attention kernel and the packed (padding-free) forward of the model verl keeps under `prefix`."""
     return [
-        "+" + _kv(f"{prefix}override_config.attn_implementation", ATTENTION),
-        _kv(f"{prefix}use_remove_padding", True),
+        "+" + kv(f"{prefix}override_config.attn_implementation", ATTENTION),
+        kv(f"{prefix}use_remove_padding", True),
     ]
 
 
@@ -231,62 +233,35 @@ def _hosted_judge(model: VLLMModelConfig, cluster: ClusterConfig) -> list[str]:
         )
     prefix = "reward.reward_model."
     out = [
-        _kv(f"{prefix}enable", True),
-        _kv(f"{prefix}enable_resource_pool", False),
-        _kv(f"{prefix}model_path", model.model),
-        _kv(f"{prefix}rollout.name", "vllm"),
-        _kv(f"{prefix}rollout.tensor_model_parallel_size", model.tensor_parallel_size),
+        kv(f"{prefix}enable", True),
+        kv(f"{prefix}enable_resource_pool", False),
+        kv(f"{prefix}model_path", model.model),
+        kv(f"{prefix}rollout.name", "vllm"),
+        kv(f"{prefix}rollout.tensor_model_parallel_size", model.tensor_parallel_size),
     ]
     # verl's own default (0.5) leaves room for the policy's weights beside it, unless the recipe says otherwise.
     if "gpu_memory_utilization" in model.model_fields_set:
-        out.append(_kv(f"{prefix}rollout.gpu_memory_utilization", model.gpu_memory_utilization))
+        out.append(kv(f"{prefix}rollout.gpu_memory_utilization", model.gpu_memory_utilization))
     if model.max_model_len is not None:
-        out.append(_kv(f"{prefix}rollout.max_model_len", model.max_model_len))
+        out.append(kv(f"{prefix}rollout.max_model_len", model.max_model_len))
     return out
 
 
 # --- overrides ----------------------------------------------------------------------------------------------------
 
 
-class PolicyGRPO(Protocol):
-    """What both verl GRPO stages (the reflector's, the collaborator's) say about the policy and its groups."""
-
-    @property
-    def rollouts(self) -> int: ...
-    @property
-    def loss(self) -> str: ...
-    @property
-    def batch_size(self) -> int: ...
-    @property
-    def micro_batch_size(self) -> int: ...
-    @property
-    def max_prompt_length(self) -> int: ...
-    @property
-    def lr(self) -> float: ...
-    @property
-    def kl_coef(self) -> float: ...
-    @property
-    def temperature(self) -> float: ...
-    @property
-    def lora(self) -> LoraConfig | None: ...
-    @property
-    def cluster(self) -> ClusterConfig: ...
-    @property
-    def placement(self) -> Placement: ...
-
-
 def policy_overrides(
-    stage: PolicyGRPO,
+    stage: PolicyOptimStage,
     *,
     model_path: str,
     train_files: Path,
     val_files: Path,
-    max_response_length: int,
     external_modules: str,
     seed: int,
     lora_adapter_path: str | None,
 ) -> list[str]:
     """The algorithm, data, actor, rollout and LoRA overrides of a verl GRPO stage, whatever its reward."""
+    max_response_length = stage.response_budget  # a reflection, or an agent's whole episode after its prompt
     if stage.rollouts < 2:
         raise ConfigError("GRPO needs at least 2 rollouts per prompt: a group of one has no relative advantage")
     mb = stage.micro_batch_size
@@ -295,109 +270,144 @@ def policy_overrides(
         # verl's GRPO over the scored samples only (a failed judge or episode scores NaN):
         # memrl.train.rewards.advantage, which verl imports in every process from VERL_USE_EXTERNAL_MODULES
         # (comma-separated).
-        _kv("algorithm.adv_estimator", ADV_ESTIMATOR),
-        "+" + _kv(f"{RUNTIME_ENV}.{MODULES_ENV}", verl_modules(external_modules)[MODULES_ENV]),
-        _kv("algorithm.use_kl_in_reward", False),
+        kv("algorithm.adv_estimator", ADV_ESTIMATOR),
+        "+" + kv(f"{RUNTIME_ENV}.{MODULES_ENV}", verl_modules(external_modules)[MODULES_ENV]),
+        kv("algorithm.use_kl_in_reward", False),
         # Dr. GRPO drops the std scaling of the group advantage along with the per-sequence length normalisation.
-        _kv("algorithm.norm_adv_by_std_in_grpo", stage.loss != "dr_grpo"),
-        _kv("data.train_files", str(train_files)),
-        _kv("data.val_files", str(val_files)),
-        _kv("data.train_batch_size", stage.batch_size),
-        _kv("data.max_prompt_length", stage.max_prompt_length),
-        _kv("data.max_response_length", max_response_length),
+        kv("algorithm.norm_adv_by_std_in_grpo", stage.loss != "dr_grpo"),
+        kv("data.train_files", str(train_files)),
+        kv("data.val_files", str(val_files)),
+        kv("data.train_batch_size", stage.batch_size),
+        kv("data.max_prompt_length", stage.max_prompt_length),
+        kv("data.max_response_length", max_response_length),
         # A prompt longer than the budget is dropped up front instead of failing the run mid-epoch.
-        _kv("data.filter_overlong_prompts", True),
+        kv("data.filter_overlong_prompts", True),
         # verl's default (null) seeds the shuffling sampler from the clock: a resumed run would see another order.
-        _kv("data.seed", seed),
+        kv("data.seed", seed),
         # verl's V1 trainer (its default, run by TaskRunnerV1 over TransferQueue), named: the path memrl rehearses.
-        _kv("trainer.use_v1", True),
-        _kv("actor_rollout_ref.model.path", model_path),
+        kv("trainer.use_v1", True),
+        kv("actor_rollout_ref.model.path", model_path),
         *_attention("actor_rollout_ref.model."),  # the actor and the reference load this model config
-        _kv("actor_rollout_ref.actor.optim.lr", stage.lr),
+        kv("actor_rollout_ref.actor.optim.lr", stage.lr),
         # One optimizer step per training step: the mini-batch is the whole batch of prompts.
-        _kv("actor_rollout_ref.actor.ppo_mini_batch_size", stage.batch_size),
-        _kv("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", mb),
-        _kv("actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODE[stage.loss]),
-        _kv("actor_rollout_ref.actor.entropy_coeff", 0),
-        _kv("actor_rollout_ref.actor.use_kl_loss", stage.kl_coef > 0),
+        kv("actor_rollout_ref.actor.ppo_mini_batch_size", stage.batch_size),
+        kv("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", mb),
+        kv("actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODE[stage.loss]),
+        kv("actor_rollout_ref.actor.entropy_coeff", 0),
+        kv("actor_rollout_ref.actor.use_kl_loss", stage.kl_coef > 0),
     ]
     if stage.kl_coef > 0:
         out += [
-            _kv("actor_rollout_ref.actor.kl_loss_coef", stage.kl_coef),
-            _kv("actor_rollout_ref.actor.kl_loss_type", "low_var_kl"),
+            kv("actor_rollout_ref.actor.kl_loss_coef", stage.kl_coef),
+            kv("actor_rollout_ref.actor.kl_loss_type", "low_var_kl"),
         ]
     if stage.loss == "dr_grpo":
         # A constant horizon: the sum over tokens is divided by the response budget, whatever the batch's padding.
-        out.append(_kv("actor_rollout_ref.actor.loss_scale_factor", max_response_length))
+        out.append(kv("actor_rollout_ref.actor.loss_scale_factor", max_response_length))
     out += [
-        _kv("actor_rollout_ref.rollout.name", "vllm"),
-        _kv("actor_rollout_ref.rollout.n", stage.rollouts),
-        _kv("actor_rollout_ref.rollout.temperature", stage.temperature),
-        _kv("actor_rollout_ref.rollout.tensor_model_parallel_size", rollout_tp(gpus)),
-        _kv("actor_rollout_ref.rollout.gpu_memory_utilization", stage.placement.rollout_memory_fraction),
-        _kv("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", mb),
-        _kv("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", mb),
+        kv("actor_rollout_ref.rollout.name", "vllm"),
+        kv("actor_rollout_ref.rollout.n", stage.rollouts),
+        kv("actor_rollout_ref.rollout.temperature", stage.temperature),
+        kv("actor_rollout_ref.rollout.tensor_model_parallel_size", rollout_tp(gpus)),
+        kv("actor_rollout_ref.rollout.gpu_memory_utilization", stage.placement.rollout_memory_fraction),
+        kv("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", mb),
+        kv("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", mb),
     ]
     if stage.lora is not None:
         out += [
             *_lora("actor_rollout_ref.model.", stage.lora),
             # vLLM must load the real base weights (the adapter alone is synced each step), one layer at a time.
-            _kv("actor_rollout_ref.rollout.load_format", "safetensors"),
-            _kv("actor_rollout_ref.rollout.layered_summon", True),
+            kv("actor_rollout_ref.rollout.load_format", "safetensors"),
+            kv("actor_rollout_ref.rollout.layered_summon", True),
         ]
         if lora_adapter_path is not None:
-            out.append(_kv("actor_rollout_ref.model.lora_adapter_path", lora_adapter_path))
+            out.append(kv("actor_rollout_ref.model.lora_adapter_path", lora_adapter_path))
     elif lora_adapter_path is not None:
         raise ConfigError("an SFT LoRA adapter can only start a GRPO stage that trains LoRA too (set stages.*.lora)")
     return out
 
 
-def grpo_overrides(
-    stage: GRPOStage,
+class VerlRun(TypedDict, total=False):
+    """Where a verl GRPO stage starts and writes, and how its run is named and logged (defaults: `stage_overrides`)."""
+
+    model_path: Required[str]
+    out_dir: Required[Path]
+    experiment: Required[str]
+    project: str
+    logger: Logger
+    lora_adapter_path: str | None
+    resume: bool
+    seed: int
+
+
+def stage_overrides(
+    stage: PolicyOptimStage,
     *,
-    model_path: str,
-    data_dir: Path,
-    out_dir: Path,
-    experiment: str,
-    project: str = "memrl",
-    logger: Logger = "console",
-    lora_adapter_path: str | None = None,
-    resume: bool = True,
-    seed: int = 0,
+    train_files: Path,
+    val_files: Path,
+    external_modules: str,
+    task: Sequence[str],
+    trainer: Sequence[str] = (),
+    **run: Unpack[VerlRun],
 ) -> list[str]:
-    """Hydra overrides for `python -m verl.trainer.main_ppo` (config `ppo_trainer`); `stage.overrides` come last."""
+    """Hydra overrides for `python -m verl.trainer.main_ppo` (config `ppo_trainer`) of any GRPO stage: the policy's,
+    then what the stage kind adds (`task`: its reward or agent loop; `trainer`: its own trainer.* keys), the run's
+    length, checkpoints and loggers; `stage.overrides` come last."""
+    out_dir, logger = run["out_dir"], run.get("logger", "console")
     out = policy_overrides(
         stage,
-        model_path=model_path,
-        train_files=data_dir / "rl" / "train.parquet",
-        val_files=data_dir / "rl" / "eval.parquet",
-        max_response_length=stage.max_response_length,
-        external_modules=ADV_MODULE,
-        seed=seed,
-        lora_adapter_path=lora_adapter_path,
+        model_path=run["model_path"],
+        train_files=train_files,
+        val_files=val_files,
+        external_modules=external_modules,
+        seed=run.get("seed", 0),
+        lora_adapter_path=run.get("lora_adapter_path"),
     )
-    if hosts_judge(stage):
-        assert isinstance(stage.reward.judge.model, VLLMModelConfig)
-        out += _hosted_judge(stage.reward.judge.model, trainer_cluster(stage))
     out += [
-        _kv("reward.custom_reward_function.path", reward_path()),
-        # set, not left to verl's default: the judge's max_concurrency is divided over exactly these workers
-        _kv("reward.num_workers", reward_workers(stage)),
-        _kv("reward.custom_reward_function.name", REWARD_FUNCTION),
-        *("+" + _kv(f"{REWARD_KWARGS}.{key}", value) for key, value in reward_kwargs(stage, data_dir).items()),
-        _kv("trainer.total_training_steps", stage.max_steps),
+        *task,
+        kv("trainer.total_training_steps", stage.max_steps),
         # Every epoch has at least one step, so this many epochs never stops the run before max_steps.
-        _kv("trainer.total_epochs", stage.max_steps),
+        kv("trainer.total_epochs", stage.max_steps),
+        *trainer,
         *_trainer_common(
-            stage.checkpoints.save_steps, trainer_cluster(stage), out_dir, experiment, project, logger, resume
+            stage.checkpoints.save_steps,
+            trainer_cluster(stage),
+            out_dir,
+            run["experiment"],
+            run.get("project", "memrl"),
+            logger,
+            run.get("resume", True),
         ),
         # verl's loggers run in its Ray workers: the file logger's path (and wandb's folder) travel in their env.
         *(
-            "+" + _kv(f"{RUNTIME_ENV}.{name}", value)
+            "+" + kv(f"{RUNTIME_ENV}.{name}", value)
             for name, value in tracking_env(out_dir, wandb=logger == "wandb").items()
         ),
     ]
     return out + list(stage.overrides)
+
+
+def grpo_overrides(stage: GRPOStage, *, data_dir: Path, **run: Unpack[VerlRun]) -> list[str]:
+    """The reflector's GRPO: the judge reward through verl's custom reward function (`stage_overrides`)."""
+    reward: list[str] = []
+    if hosts_judge(stage):
+        assert isinstance(stage.reward.judge.model, VLLMModelConfig)
+        reward += _hosted_judge(stage.reward.judge.model, trainer_cluster(stage))
+    reward += [
+        kv("reward.custom_reward_function.path", reward_path()),
+        # set, not left to verl's default: the judge's max_concurrency is divided over exactly these workers
+        kv("reward.num_workers", reward_workers(stage)),
+        kv("reward.custom_reward_function.name", REWARD_FUNCTION),
+        *("+" + kv(f"{REWARD_KWARGS}.{key}", value) for key, value in reward_kwargs(stage, data_dir).items()),
+    ]
+    return stage_overrides(
+        stage,
+        train_files=data_dir / "rl" / "train.parquet",
+        val_files=data_dir / "rl" / "eval.parquet",
+        external_modules=ADV_MODULE,
+        task=reward,
+        **run,
+    )
 
 
 def verl_modules(*modules: str) -> dict[str, str]:
@@ -428,16 +438,16 @@ def sft_overrides(
     if stage.max_steps is None and stage.epochs != int(stage.epochs):
         raise ConfigError(f"verl SFT counts whole epochs; epochs {stage.epochs} needs max_steps instead")
     out = [
-        _kv("data.train_files", str(data_dir / "sft" / "train.parquet")),
-        _kv("data.val_files", str(data_dir / "sft" / "eval.parquet")),
-        _kv("data.messages_key", "messages"),
-        _kv("data.train_batch_size", stage.batch_size),
-        _kv("data.micro_batch_size_per_gpu", stage.micro_batch_size),
+        kv("data.train_files", str(data_dir / "sft" / "train.parquet")),
+        kv("data.val_files", str(data_dir / "sft" / "eval.parquet")),
+        kv("data.messages_key", "messages"),
+        kv("data.train_batch_size", stage.batch_size),
+        kv("data.micro_batch_size_per_gpu", stage.micro_batch_size),
         # Fixed micro batches, as the recipe states them; verl's default packs by token budget instead.
-        _kv("data.use_dynamic_bsz", False),
-        _kv("data.max_length", stage.max_length),
-        _kv("data.truncation", "error"),
-        _kv("model.path", model_path),
+        kv("data.use_dynamic_bsz", False),
+        kv("data.max_length", stage.max_length),
+        kv("data.truncation", "error"),
+        kv("model.path", model_path),
         *_attention("model."),
     ]
     if stage.lora is not None:
@@ -448,16 +458,16 @@ def sft_overrides(
             f"lr_scheduler {stage.lr_scheduler!r} needs trainer trl or llamafactory"
         )
     out += [
-        _kv("optim.lr", stage.lr),
-        _kv("optim.lr_warmup_steps_ratio", stage.warmup_ratio),
-        _kv("optim.lr_scheduler_type", LR_SCHEDULERS[stage.lr_scheduler]),
-        _kv("trainer.total_epochs", math.ceil(stage.epochs)),
+        kv("optim.lr", stage.lr),
+        kv("optim.lr_warmup_steps_ratio", stage.warmup_ratio),
+        kv("optim.lr_scheduler_type", LR_SCHEDULERS[stage.lr_scheduler]),
+        kv("trainer.total_epochs", math.ceil(stage.epochs)),
         # verl 0.9.1 records trainer.seed with the run; engine.seed seeds its full-determinism mode.
-        _kv("trainer.seed", seed),
-        _kv("engine.seed", seed),
+        kv("trainer.seed", seed),
+        kv("engine.seed", seed),
     ]
     if stage.max_steps is not None:
-        out.append(_kv("trainer.total_training_steps", stage.max_steps))
+        out.append(kv("trainer.total_training_steps", stage.max_steps))
     out += _trainer_common(
         stage.checkpoints.save_steps, trainer_cluster(stage), out_dir, experiment, project, logger, resume
     )
@@ -474,14 +484,14 @@ def _trainer_common(
     resume: bool,
 ) -> list[str]:
     return [
-        _kv("trainer.save_freq", save_steps),
-        _kv("trainer.test_freq", save_steps),
-        _kv("trainer.default_local_dir", str(out_dir / CHECKPOINT_SUBDIR)),
+        kv("trainer.save_freq", save_steps),
+        kv("trainer.test_freq", save_steps),
+        kv("trainer.default_local_dir", str(out_dir / CHECKPOINT_SUBDIR)),
         # auto: continue from the newest global_step_N under default_local_dir when there is one.
-        _kv("trainer.resume_mode", "auto" if resume else "disable"),
-        _kv("trainer.project_name", project),
-        _kv("trainer.experiment_name", experiment),
-        _kv("trainer.logger", _loggers(logger)),
-        _kv("trainer.nnodes", cluster.nnodes),
-        _kv("trainer.n_gpus_per_node", cluster.gpus_per_node),
+        kv("trainer.resume_mode", "auto" if resume else "disable"),
+        kv("trainer.project_name", project),
+        kv("trainer.experiment_name", experiment),
+        kv("trainer.logger", _loggers(logger)),
+        kv("trainer.nnodes", cluster.nnodes),
+        kv("trainer.n_gpus_per_node", cluster.gpus_per_node),
     ]

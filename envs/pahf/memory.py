@@ -46,7 +46,7 @@ class Note:
 
 
 class TextEmbedder(Protocol):
-    """Anything that turns texts into a (len(texts), dim) matrix, e.g. `memrl.rewards.embedding.Embedder`."""
+    """Anything that turns texts into a (len(texts), dim) matrix, e.g. `memrl.rollout.embedding.Embedder`."""
 
     def encode(self, texts: list[str]) -> np.ndarray: ...
 
@@ -83,7 +83,7 @@ class MemoryStore(Protocol):
 
 def default_embedder() -> TextEmbedder:
     """The process-wide MiniLM embedder."""
-    from memrl.rewards.embedding import get_embedder
+    from memrl.rollout.embedding import get_embedder
 
     return get_embedder()
 

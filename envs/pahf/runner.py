@@ -85,7 +85,7 @@ class UserRunner:
         return self._backends[key]
 
     def _open(self, user: str, fresh: bool = False) -> MemoryStore:
-        from memrl.rewards.embedding import get_embedder
+        from memrl.rollout.embedding import get_embedder
 
         if self._embedder is None:
             self._embedder = get_embedder(self.cfg.embedder)

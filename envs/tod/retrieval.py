@@ -62,7 +62,7 @@ class DenseRetriever:
         self.model = model
 
     def score(self, query: str, docs: Sequence[str]) -> list[float]:
-        from memrl.rewards.embedding import get_embedder
+        from memrl.rollout.embedding import get_embedder
 
         if not docs:
             return []

@@ -19,8 +19,8 @@ from rich.console import Console
 
 from memrl.core.errors import BackendError, MemrlError, first_line
 from memrl.core.files import read_json
-from memrl.envs.actors import FAILED_FILE
 from memrl.envs.driver import Chain, DrivenRun, Schedule, World, drive
+from memrl.envs.run_records import FAILED_FILE
 from memrl.envs.tod.config import TodEvalConfig
 from memrl.envs.tod.extract import folder_schemas
 from memrl.envs.tod.formats import Individual, LoadProblems, Session, Turn, load_tod_dir

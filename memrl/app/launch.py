@@ -85,7 +85,7 @@ class StageFailed(MemrlError):
 
 def dashboard_url(address: str, timeout: float = 5.0) -> str:
     """The job server's URL for `--ray-address`: given as http(s)://, or read from the GCS at HOST:PORT."""
-    from memrl.envs.actors import probe_ray
+    from memrl.envs.ray_start import probe_ray
 
     address = check_address(address)
     if address.startswith(("http://", "https://")):

@@ -211,7 +211,7 @@ def _ray(address: str, report: Report) -> None:
     except ImportError:
         report.problems.append("ray: not importable, but a Ray address is given")
         return
-    from memrl.envs.actors import probe_ray
+    from memrl.envs.ray_start import probe_ray
     from memrl.train.verl_main import forwarded_env
 
     wanted = forwarded_env(os.environ | {"WANDB_MODE": os.environ.get("WANDB_MODE", "offline")})

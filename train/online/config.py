@@ -14,8 +14,7 @@ from memrl.envs.collab.prompts import ReplyFormat
 from memrl.envs.collab.rows import RowAgent
 from memrl.rewards.collab_episode import EpisodeRewardWeights
 from memrl.rollout.config import ModelConfig, SamplingConfig
-from memrl.train.config import ClusterConfig, LoggingTarget, LoraConfig
-from memrl.train.placement import Placement
+from memrl.train.config import PolicyOptimStage
 
 
 class CollabRLConfig(StrictModel):
@@ -70,48 +69,29 @@ class CollabRLConfig(StrictModel):
         )
 
 
-class CollabGRPOStage(StrictModel):
+class CollabGRPOStage(PolicyOptimStage):
     """The policy is the agent: each GRPO group plays one session (user, problem, knowledge) `rollouts` times."""
 
     kind: Literal["collab_grpo"]
-    trainer: Literal["trl", "verl"] = Field(
-        default="trl",
-        description="trl: in-process on CPU or one GPU, accelerate on several; verl: its agent loop on vLLM",
-    )
-    model: str = Field(description="a key of the recipe's `models`: the base model")
-    init: str | None = Field(default=None, description="an sft stage of this recipe (or a checkpoint) to start from")
     env: CollabRLConfig = Field(default_factory=CollabRLConfig, description="the sessions and the simulated user")
     reward: EpisodeRewardWeights = Field(
         default_factory=EpisodeRewardWeights, description="weights of the reward parts"
     )
-    lora: LoraConfig | None = Field(default_factory=LoraConfig, description="null: full fine-tuning")
     lr: PositiveFloat = 1e-5
     max_steps: PositiveInt = 50
     batch_size: PositiveInt = Field(default=2, description="sessions per step")
-    micro_batch_size: PositiveInt = Field(default=1, description="per device, in episodes")
     rollouts: PositiveInt = Field(default=4, description="episodes per session (the GRPO group)")
     kl_coef: NonNegativeFloat = Field(default=0.0, description="KL loss coefficient; 0 drops the reference model")
-    loss: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
     max_turn_tokens: PositiveInt = Field(default=128, description="tokens of one agent reply")
     max_episode_tokens: PositiveInt = Field(
         default=1024,
         description="tokens of a whole episode after its prompt; an episode that would overrun it is "
         "stopped and gets no reward (counted as episode/over_budget)",
     )
-    max_prompt_length: PositiveInt = Field(
-        default=2048, description="trainer verl: the policy's context and the user's opening (verl left-cuts longer)"
-    )
-    temperature: PositiveFloat = 1.0
-    checkpoints: LoggingTarget = LoggingTarget()
-    cluster: ClusterConfig = Field(
-        default_factory=ClusterConfig, description="where it runs (TRL: launch size; verl: Ray)"
-    )
-    placement: Placement = Field(
-        default_factory=Placement, description="trainer verl: the user model on reserved GPUs of this node or elsewhere"
-    )
-    overrides: list[str] = Field(
-        default_factory=list, description="extra GRPOConfig fields (trl) or Hydra overrides (verl), name=value"
-    )
+
+    @property
+    def response_budget(self) -> int:
+        return self.max_episode_tokens
 
     @model_validator(mode="after")
     def _one_reply_fits(self) -> CollabGRPOStage:

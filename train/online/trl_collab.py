@@ -6,11 +6,11 @@ import contextlib
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from memrl.core.checkpoints import tokenizer_source
 from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES
-from memrl.train.config import GRPOStage
+from memrl.train.backends import CURVES_FILE
 from memrl.train.curves import Chart, Panel, draw
 from memrl.train.online.chat_tokens import TurnTokens
 from memrl.train.online.config import CollabGRPOStage
@@ -18,43 +18,16 @@ from memrl.train.online.episodes import episode_rows, episode_source
 from memrl.train.online.rollout import Player
 from memrl.train.online.trl_rollout import EPISODES_FILE, EpisodeLog, EpisodeRollout
 from memrl.train.rewards.trl import episode_funcs
-from memrl.train.trl_common import (
-    TrainContext,
-    accumulation_steps,
-    apply_overrides,
-    base_args,
-    resume_point,
-    save_final,
-)
-from memrl.train.trl_grpo import policy_model
-
-CURVES_FILE = "training_curves.png"
+from memrl.train.trl_common import TrainContext, apply_overrides, resume_point, save_final
+from memrl.train.trl_grpo import grpo_args, policy_model
 
 
-def grpo_args(stage: CollabGRPOStage, ctx: TrainContext) -> dict[str, Any]:
-    completions = stage.batch_size * stage.rollouts
-    args = base_args(
-        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
-    )
-    args.update(
-        max_steps=stage.max_steps,
-        per_device_train_batch_size=stage.micro_batch_size,
-        gradient_accumulation_steps=accumulation_steps(
-            completions, stage.micro_batch_size, ctx.stage, "batch_size x rollouts"
-        ),
-        generation_batch_size=completions,  # one round of episodes feeds exactly one optimizer step
-        num_generations=stage.rollouts,
-        # dr_grpo divides each episode's summed loss by this constant: the whole episode's budget, as verl's
-        # loss_scale_factor does (train/online/verl_overrides.py), so the two trainers take the same step size.
-        max_completion_length=stage.max_episode_tokens,
-        generation_kwargs={"max_new_tokens": stage.max_turn_tokens},  # TRL's generation cap: one agent reply
-        temperature=stage.temperature,
-        beta=stage.kl_coef,
-        loss_type=stage.loss,
-        scale_rewards="none" if stage.loss == "dr_grpo" else "group",
-        reward_weights=stage.reward.as_list(),
-    )
-    return args
+def collab_args(stage: CollabGRPOStage, ctx: TrainContext) -> dict[str, Any]:
+    """The GRPO fields every stage shares, plus TRL's generation cap: one agent reply (max_completion_length is the
+    whole episode's budget)."""
+    return grpo_args(stage, ctx, stage.reward.as_list()) | {
+        "generation_kwargs": {"max_new_tokens": stage.max_turn_tokens}
+    }
 
 
 def outcome_chart(history: Sequence[dict[str, Any]], out: Path, title: str) -> Chart | None:
@@ -78,8 +51,8 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
 
     rows = episode_rows(stage.env)  # a bad task or problem file fails here, before any model loads
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(stage.init or base_model))
-    config = GRPOConfig(**apply_overrides(GRPOConfig, grpo_args(stage, ctx), stage.overrides, ctx.stage))
-    model, lora, base = policy_model(cast(GRPOStage, stage), base_model)  # it reads only `init` and `lora`
+    config = GRPOConfig(**apply_overrides(GRPOConfig, collab_args(stage, ctx), stage.overrides, ctx.stage))
+    model, lora, base = policy_model(stage, base_model)
     with contextlib.ExitStack() as stack:  # the episodes' actors (env.workers) and clients end with the run
         episodes = episode_source(stage.env, stage.max_turn_tokens)
         stack.callback(episodes.close)

@@ -9,24 +9,14 @@ episode, is written per step to `rollouts/<step>.jsonl` in the stage folder (`tr
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Unpack
 
 from memrl.rollout.probe import Endpoint
 from memrl.train.endpoints import stage_endpoints
 from memrl.train.online.config import CollabGRPOStage
 from memrl.train.online.verl_data import EVAL_FILE, TRAIN_FILE, LoopSettings
-from memrl.train.placement import trainer_cluster
 from memrl.train.rewards.verl import ADV_MODULE
-from memrl.train.verl_metrics import tracking_env
-from memrl.train.verl_overrides import (
-    RUNTIME_ENV,
-    Logger,
-    _kv,
-    _trainer_common,
-    per_worker,
-    policy_overrides,
-    worker_count,
-)
+from memrl.train.verl_overrides import VerlRun, kv, per_worker, stage_overrides, worker_count
 
 LOOP_MODULE = "memrl.train.online.verl_agent_loop"
 # verl imports each (comma-separated) on `import verl` in every Ray process: the estimator and the agent loop.
@@ -58,45 +48,20 @@ def loop_settings(stage: CollabGRPOStage) -> LoopSettings:
     return LoopSettings(env=env, reward=stage.reward, max_turn_tokens=stage.max_turn_tokens)
 
 
-def collab_overrides(
-    stage: CollabGRPOStage,
-    *,
-    model_path: str,
-    out_dir: Path,
-    experiment: str,
-    project: str = "memrl",
-    logger: Logger = "console",
-    lora_adapter_path: str | None = None,
-    resume: bool = True,
-    seed: int = 0,
-) -> list[str]:
-    """Hydra overrides for `python -m verl.trainer.main_ppo` (config `ppo_trainer`); `stage.overrides` come last."""
-    data = out_dir / DATA_SUBDIR
-    out = policy_overrides(
+def collab_overrides(stage: CollabGRPOStage, **run: Unpack[VerlRun]) -> list[str]:
+    """The agent's GRPO: verl's async rollout through the `memrl_collab` agent loop (`stage_overrides`)."""
+    data = run["out_dir"] / DATA_SUBDIR
+    return stage_overrides(
         stage,
-        model_path=model_path,
         train_files=data / TRAIN_FILE,
         val_files=data / EVAL_FILE,
-        # verl's response budget is the whole episode after the prompt: replies and the user's turns.
-        max_response_length=stage.max_episode_tokens,
         external_modules=EXTERNAL_MODULES,
-        seed=seed,
-        lora_adapter_path=lora_adapter_path,
+        task=[
+            kv("actor_rollout_ref.rollout.mode", "async"),  # agent loops run only against the async server
+            kv("actor_rollout_ref.rollout.multi_turn.enable", True),
+            # set, not left to verl's default: the LLM user's max_concurrency is divided over exactly these workers
+            kv(AGENT_WORKERS_KEY, agent_workers(stage)),
+        ],
+        trainer=[kv("trainer.rollout_data_dir", str(run["out_dir"] / ROLLOUTS_SUBDIR))],
+        **run,
     )
-    out += [
-        _kv("actor_rollout_ref.rollout.mode", "async"),  # agent loops run only against the async server
-        _kv("actor_rollout_ref.rollout.multi_turn.enable", True),
-        # set, not left to verl's default: the LLM user's max_concurrency is divided over exactly these workers
-        _kv(AGENT_WORKERS_KEY, agent_workers(stage)),
-        _kv("trainer.total_training_steps", stage.max_steps),
-        _kv("trainer.total_epochs", stage.max_steps),
-        _kv("trainer.rollout_data_dir", str(out_dir / ROLLOUTS_SUBDIR)),
-        *_trainer_common(
-            stage.checkpoints.save_steps, trainer_cluster(stage), out_dir, experiment, project, logger, resume
-        ),
-        *(
-            "+" + _kv(f"{RUNTIME_ENV}.{name}", value)
-            for name, value in tracking_env(out_dir, wandb=logger == "wandb").items()
-        ),
-    ]
-    return out + list(stage.overrides)

@@ -4,6 +4,11 @@
 call the same `run`; the flags are generated from the model's fields (cli/from_config.py) and the stage kind
 subclasses the model with its `kind` (stages/actions.py), so a flag and a recipe key cannot drift apart. Either way
 the output folder is held (core/runfolder.py) while the action runs: a second run into it fails in one line.
+
+Every action is listed once, in `registry.ACTIONS`; `memrl eval|data ...` (cli/commands.py) and the recipe's stage
+kinds (stages/actions.py) are both built from that table. An action has one name, its command words, and its stage
+kind follows from them by one rule (`kind_of`): `eval X` <-> kind `eval_X` (the verb leads), `data X` <-> kind
+`X_data` (the noun follows), any other command its words joined by `_`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,14 @@ from memrl.core.runfolder import hold
 
 M = TypeVar("M", bound=BaseModel)
 
+KIND_RULES = {"eval": "eval_{rest}", "data": "{rest}_data"}  # command group -> the kind's pattern
+
+
+def kind_of(command: str) -> str:
+    """The stage kind of a command: `eval tod` -> `eval_tod`, `data tod` -> `tod_data` (see the module's rule)."""
+    group, _, rest = command.partition(" ")
+    return KIND_RULES[group].format(rest=rest.replace(" ", "_")) if group in KIND_RULES else command.replace(" ", "_")
+
 
 @dataclass(frozen=True)
 class Action(Generic[M]):
@@ -28,6 +41,11 @@ class Action(Generic[M]):
     work: Callable[[M, Path, Console], dict[str, Any]]  # (config, output folder, console) -> the summary printed
     help: str  # one paragraph: the command's help and the stage's description
     refs: tuple[str, ...] = ()  # path fields a recipe may fill with the name of an earlier stage (its output folder)
+
+    @property
+    def kind(self) -> str:
+        """The recipe stage kind that runs this action."""
+        return kind_of(self.command)
 
     def run(self, cfg: M, out: Path, console: Console) -> dict[str, Any]:
         """Do the work into `out`, holding the folder meanwhile."""

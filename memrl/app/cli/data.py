@@ -19,7 +19,6 @@ class Gold(StrEnum):
     TEACHER = "teacher"
 
 
-@data_app.command("reflection")
 def reflection(
     train_sessions: Annotated[
         list[Path],
@@ -39,14 +38,9 @@ def reflection(
     ] = Gold.COMPOSED,
 ) -> None:
     """Reflection SFT/RL data from collab sessions; train and eval must share no user and no problem."""
-    from memrl.core.errors import ConfigError
-    from memrl.data_gen.reflection import build_from_sessions, load_sessions, require_records, write_dataset
+    from memrl.data_gen.reflection import build_from_sessions, load_split, require_records, write_dataset
 
-    train_records = [s for path in train_sessions for s in load_sessions(path)]
-    eval_records = [s for path in eval_sessions for s in load_sessions(path)]
-    for paths, records in ((train_sessions, train_records), (eval_sessions, eval_records)):
-        if not records:
-            raise ConfigError(f"no session records in {', '.join(map(str, paths))}")
+    train_records, eval_records = load_split(train_sessions), load_split(eval_sessions)
     train, eval_, skipped = build_from_sessions(train_records, eval_records, gold.value)
     require_records("data reflection", train, eval_, skipped, (len(train_records), len(eval_records)))
     stats = write_dataset(train, eval_, out, skipped)
@@ -62,6 +56,6 @@ def reflection(
     typer.echo(f"wrote {out}")
 
 
-data_app.command("tod")(commands.data_tod)
-data_app.command("judger")(commands.data_judger)
-data_app.command("pahf")(commands.data_pahf)
+# `data reflection` stays hand-written: its stage `reflection_data` also plays the collab sessions itself (a
+# `collab` section, user counts, `min_success`) and the command prints per-split statistics, not one JSON summary.
+commands.install(data_app, "data", {"reflection": reflection})

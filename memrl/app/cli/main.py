@@ -43,11 +43,9 @@ app.add_typer(pahf_app, name="pahf")
 app.add_typer(eval_app, name="eval")
 app.add_typer(data_app, name="data")
 app.add_typer(reward_app, name="reward")
-eval_app.command("collab")(commands.eval_collab)
-eval_app.command("reflector")(eval_reflector)
-eval_app.command("judger")(commands.eval_judger)
-eval_app.command("tod")(commands.eval_tod)
-eval_app.command("pahf")(commands.eval_pahf)
+# `eval reflector` stays hand-written: one model and judge flags here, a table of models and a reward section in
+# its stage `eval_reflector`, whose run also writes the recipe's report.
+commands.install(eval_app, "eval", {"reflector": eval_reflector})
 
 app.command("export")(export)
 app.command("preflight")(preflight)

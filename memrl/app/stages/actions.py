@@ -1,5 +1,6 @@
-"""Stage kinds that run an action (what `memrl eval collab|tod|pahf|judger` and `memrl data tod|judger|pahf` do): the
-stage's schema is the action's config plus `kind`, so every flag of the command is a key of the stage."""
+"""Stage kinds that run an action, one per entry of `actions.registry.ACTIONS` (what `memrl eval collab|tod|pahf|judger`
+and `memrl data tod|judger|pahf` do): the stage's schema is the action's config plus `kind` (named by
+`actions.kind_of`), so every flag of the command is a key of the stage."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, create_model
 
-from memrl.app.actions import Action, collab, judger, pahf, tod
+from memrl.app.actions import Action
+from memrl.app.actions.registry import ACTIONS
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind, as_is, on_the_cluster
 
@@ -27,7 +29,8 @@ def _config(action: Action[Any], stage: BaseModel, ctx: RunContext) -> Any:
     return action.config.model_validate(values)
 
 
-def action_stage(kind: str, action: Action[Any]) -> StageKind[Any]:
+def action_stage(action: Action[Any]) -> StageKind[Any]:
+    kind = action.kind
     schema = create_model(
         "".join(part.title() for part in kind.split("_")) + "Stage",
         __base__=action.config,
@@ -56,10 +59,4 @@ def action_stage(kind: str, action: Action[Any]) -> StageKind[Any]:
     return StageKind(schema, run, dry_run, job, refs=action.refs)
 
 
-EVAL_COLLAB = action_stage("eval_collab", collab.EVAL_COLLAB)
-EVAL_JUDGER = action_stage("eval_judger", judger.EVAL_JUDGER)
-EVAL_TOD = action_stage("eval_tod", tod.EVAL_TOD)
-EVAL_PAHF = action_stage("eval_pahf", pahf.EVAL_PAHF)
-TOD_DATA = action_stage("tod_data", tod.TOD_DATA)
-JUDGER_DATA = action_stage("judger_data", tod.JUDGER_DATA)
-PAHF_DATA = action_stage("pahf_data", pahf.PAHF_DATA)
+KINDS = tuple(action_stage(action) for action in ACTIONS)

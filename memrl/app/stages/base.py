@@ -1,7 +1,8 @@
 """A stage kind is one object: its recipe schema, what it does, what it would do, and how it ships as a Ray job.
 
-Adding a kind is one module that builds a `StageKind` and one line in `registry.KINDS`; the recipe schema's
-discriminated union, `memrl run`, `--dry-run` and `memrl launch` all read the registry.
+Adding a kind is one module that builds a `StageKind` and one line in `registry.KINDS` (or, for a kind that is also a
+command, one `Action` in `actions.registry.ACTIONS`); the recipe schema's discriminated union, `memrl run`,
+`--dry-run` and `memrl launch` all read the registry.
 """
 
 from __future__ import annotations

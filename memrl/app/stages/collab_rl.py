@@ -14,15 +14,15 @@ from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind
 from memrl.app.stages.relaunch import plan_trl, run_trl
 from memrl.app.stages.training import (
-    VerlCommand,
-    _logger,
-    _run_verl,
-    _shown,
-    _verl_start,
     placement_lines,
+    run_verl,
+    shown,
     train_context,
+    verl_logger,
+    verl_start,
 )
 from memrl.core.checkpoints import portable_ref
+from memrl.train.backends import CURVES_FILE, VerlCommand
 from memrl.train.online.config import CollabGRPOStage
 from memrl.train.placement import trainer_cluster, trainer_env
 from memrl.train.trl_common import is_finished, resume_point
@@ -47,14 +47,14 @@ def verl_command(stage: CollabGRPOStage, ctx: RunContext, name: str, *, dry_run:
     from memrl.train.online.verl_overrides import collab_overrides, user_endpoints
 
     stage = _start(stage, ctx)
-    model_path, adapter = _verl_start(stage.init or ctx.model_ref(stage.model), ctx, dry_run)
+    model_path, adapter = verl_start(stage.init or ctx.model_ref(stage.model), ctx, dry_run)
     overrides = collab_overrides(
         stage,
         model_path=model_path,
         out_dir=ctx.stage_dir(name),
         experiment=f"{ctx.recipe.name}-{name}",
         project=ctx.recipe.logging.project,
-        logger=_logger(ctx),
+        logger=verl_logger(ctx),
         lora_adapter_path=adapter,
         seed=ctx.recipe.seed,
     )
@@ -75,7 +75,7 @@ def _run_trl(stage: CollabGRPOStage, ctx: RunContext, name: str) -> None:
         ctx.console.print(f"{name}: resuming from {point} (same seed, same data order)")
     start, base = _start(stage, ctx), ctx.model_ref(stage.model)
     final = run_trl(stage.cluster, ctx, name, lambda: train_collab_grpo(start, base, train_context(ctx, name)))
-    ctx.console.print(f"{name}: checkpoint {final}; reward parts per step in {out / 'training_curves.png'}")
+    ctx.console.print(f"{name}: checkpoint {final}; reward parts per step in {out / CURVES_FILE}")
 
 
 def _run_verl_stage(stage: CollabGRPOStage, ctx: RunContext, name: str) -> None:
@@ -93,7 +93,7 @@ def _run_verl_stage(stage: CollabGRPOStage, ctx: RunContext, name: str) -> None:
     command = verl_command(stage, ctx, name, dry_run=False)
     alpha = stage.lora.alpha if stage.lora is not None else None
     try:
-        _run_verl(command, ctx, name, base=portable_ref(command.model_path), trainer="verl-collab-grpo", alpha=alpha)
+        run_verl(command, ctx, name, base=portable_ref(command.model_path), trainer="verl-collab-grpo", alpha=alpha)
     finally:  # the parts of a failed run are worth seeing too
         title = f"{ctx.recipe.name}: {name} reward parts (verl)"
         outcome_chart(rollout_history(out / ROLLOUTS_SUBDIR), out / PARTS_CURVES_FILE, title)
@@ -123,7 +123,7 @@ def dry_run(stage: CollabGRPOStage, ctx: RunContext, name: str) -> list[str]:
     data = ctx.stage_dir(name) / "data"
     return [
         f"verl agent loop memrl_collab from {start}: {sessions}; sessions written to {data}",
-        *_shown(verl_command(stage, ctx, name, dry_run=True).argv),
+        *shown(verl_command(stage, ctx, name, dry_run=True).argv),
         *placement_lines(stage, ctx.model_ref(stage.model)),
     ]
 

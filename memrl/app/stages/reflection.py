@@ -50,12 +50,11 @@ class ReflectionDataStage(StrictModel):
 
 
 def run_reflection_data(stage: ReflectionDataStage, ctx: RunContext, name: str) -> None:
-    from memrl.data_gen.reflection import build_from_sessions, load_sessions, require_records, write_dataset
+    from memrl.data_gen.reflection import build_from_sessions, load_split, require_records, write_dataset
 
     out = ctx.stage_dir(name)
-    if stage.train_sessions:
-        train = [s for path in stage.train_sessions for s in load_sessions(path)]
-        evaluation = [s for path in stage.eval_sessions for s in load_sessions(path)]
+    if stage.train_sessions:  # as `memrl data reflection` reads them: a split with no session refused in one line
+        train, evaluation = load_split(stage.train_sessions), load_split(stage.eval_sessions)
     else:
         train = _collab_sessions(stage, "train", stage.train_users, out / "collab-train", ctx, name)
         evaluation = _collab_sessions(stage, "eval", stage.eval_users, out / "collab-eval", ctx, name)

@@ -22,15 +22,8 @@ KINDS: dict[str, StageKind[Any]] = {
         heldout.COLLAB_HELDOUT,
         reflection.EVAL_REFLECTOR,
         judger.JUDGER,
-        actions.EVAL_JUDGER,
-        actions.EVAL_COLLAB,
-        actions.TOD_DATA,
-        actions.JUDGER_DATA,
-        actions.EVAL_TOD,
-        actions.PAHF_DATA,
-        actions.EVAL_PAHF,
     )
-}
+} | {kind.name: kind for kind in actions.KINDS}
 
 
 class StageSpec(Protocol):

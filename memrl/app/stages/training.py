@@ -5,9 +5,7 @@ For verl and LLaMA-Factory the command is the product: `--dry-run` prints exactl
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,21 +14,14 @@ from typing import Any, Generic, Literal, TypeVar
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind
 from memrl.app.stages.relaunch import plan_trl, run_trl
-from memrl.core.checkpoints import (
-    CheckpointInfo,
-    adapter_base,
-    final_dir,
-    is_adapter,
-    last_step_dir,
-    portable_ref,
-    resolve_model,
-)
+from memrl.core.checkpoints import portable_ref, resolve_model
+from memrl.train import backends
+from memrl.train.backends import VerlCommand
 from memrl.train.config import GRPOStage, SFTStage
 from memrl.train.placement import trainer_cluster, trainer_env
 from memrl.train.trl_common import TrainContext, is_finished, resume_point
 
 S = TypeVar("S", SFTStage, GRPOStage)
-CURVES_FILE = "training_curves.png"
 
 
 def train_context(ctx: RunContext, name: str) -> TrainContext:
@@ -49,7 +40,7 @@ def _wandb_on(ctx: RunContext) -> bool:
     return ctx.recipe.logging.backend == "wandb" and ctx.recipe.logging.mode != "disabled"
 
 
-def _logger(ctx: RunContext) -> Literal["wandb", "console"]:
+def verl_logger(ctx: RunContext) -> Literal["wandb", "console"]:
     return "wandb" if _wandb_on(ctx) else "console"
 
 
@@ -92,23 +83,9 @@ def _trl_grpo(stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Pat
 # ---- verl: a command line, validated against verl's own config on CPU ------------------------------------------
 
 
-def _verl_start(ref: str, ctx: RunContext, dry_run: bool) -> tuple[str, str | None]:
-    """(model path, LoRA adapter or None) to start from; a stage that has not run yet is named by its plan."""
-    final = final_dir(Path(ref))
-    if is_adapter(final):
-        return resolve_model(adapter_base(final)), str(final)
-    if final.is_dir():
-        return str(final), None
-    if ref in {str(ctx.stage_dir(n)) for n in ctx.recipe.stages}:
-        return str(Path(ref) / "final"), None  # an earlier stage of this run; its final/ is where it will be
-    return (ref if dry_run else resolve_model(ref)), None
-
-
-@dataclass(frozen=True)
-class VerlCommand:
-    argv: list[str]
-    env: dict[str, str] | None
-    model_path: str
+def verl_start(ref: str, ctx: RunContext, dry_run: bool) -> tuple[str, str | None]:
+    """(model path, LoRA adapter or None) to start from (memrl.train.backends.verl_start)."""
+    return backends.verl_start(ref, {str(ctx.stage_dir(n)) for n in ctx.recipe.stages}, dry_run)
 
 
 def _where(ctx: RunContext, name: str, model_path: str, data: Path) -> dict[str, Any]:
@@ -119,7 +96,7 @@ def _where(ctx: RunContext, name: str, model_path: str, data: Path) -> dict[str,
         "out_dir": ctx.stage_dir(name),
         "experiment": f"{ctx.recipe.name}-{name}",
         "project": ctx.recipe.logging.project,
-        "logger": _logger(ctx),
+        "logger": verl_logger(ctx),
     }
 
 
@@ -129,7 +106,7 @@ def _verl_grpo_command(
     from memrl.train import verl_launch as vl
     from memrl.train.endpoints import stage_endpoints
 
-    model_path, adapter = _verl_start(stage.init or base, ctx, dry_run)
+    model_path, adapter = verl_start(stage.init or base, ctx, dry_run)
     where = _where(ctx, name, model_path, data)
     overrides = vl.grpo_overrides(stage, **where, lora_adapter_path=adapter, seed=ctx.recipe.seed)
     vl.validate_overrides(vl.PPO_CONFIG, overrides)  # a bad key fails here, on CPU, before any GPU job
@@ -143,7 +120,7 @@ def _verl_sft_command(stage: SFTStage, ctx: RunContext, name: str, base: str, da
     from memrl.train import verl_launch as vl
     from memrl.train.verl_metrics import tracking_env
 
-    model_path, _ = _verl_start(base, ctx, dry_run)
+    model_path, _ = verl_start(base, ctx, dry_run)
     overrides = vl.sft_overrides(stage, **_where(ctx, name, model_path, data), resume=True, seed=ctx.recipe.seed)
     vl.validate_overrides(vl.SFT_CONFIG, overrides)
     # verl's SFT loggers run in the command's own process: their paths go in its environment.
@@ -160,33 +137,18 @@ def verl_command(stage: SFTStage | GRPOStage, ctx: RunContext, name: str, *, dry
     return _verl_sft_command(stage, ctx, name, base, data, dry_run)
 
 
-def _shown(argv: list[str]) -> list[str]:
+def shown(argv: list[str]) -> list[str]:
     from memrl.train.verl_launch import format_command
 
     return [format_command(argv)]
 
 
-def _run_verl(command: VerlCommand, ctx: RunContext, name: str, *, base: str, trainer: str, alpha: int | None) -> None:
-    from memrl.train import verl_metrics
-    from memrl.train.curves import verl_chart
-    from memrl.train.verl_launch import run_verl
-    from memrl.train.verl_merge import merge_verl_checkpoint
-
-    out = ctx.stage_dir(name)
-    out.mkdir(parents=True, exist_ok=True)  # verl's file logger opens its file without creating the folder
-    verl_metrics.archive(out)  # verl's file logger would truncate a resumed run's earlier curve
-    try:
-        run_verl(command.argv, out / "verl.log", env=command.env)  # raises MemrlError with the log's tail on failure
-    finally:  # a failed run's curves are worth seeing too
-        verl_chart(verl_metrics.read(out), out / CURVES_FILE, title=f"{ctx.recipe.name}: {name} ({trainer})")
-    # Merge verl's last FSDP checkpoint into `final/` (an adapter for LoRA runs, else the full model).
-    merged = merge_verl_checkpoint(out / "checkpoints", out / "merged", lora_alpha=alpha)
-    final = out / "final"
-    shutil.rmtree(final, ignore_errors=True)
-    shutil.copytree(merged, final)
-    last = last_step_dir(out / "checkpoints", prefix="global_step_")
-    steps = int(last.name.removeprefix("global_step_")) if last else 0
-    CheckpointInfo(base, trainer, name, steps, is_adapter(final)).save(final)
+def run_verl(command: VerlCommand, ctx: RunContext, name: str, *, base: str, trainer: str, alpha: int | None) -> None:
+    """Run a verl stage into its folder's `final/` (memrl.train.backends.run_verl_stage)."""
+    title = f"{ctx.recipe.name}: {name} ({trainer})"
+    backends.run_verl_stage(
+        command, ctx.stage_dir(name), title=title, base=base, trainer=trainer, stage=name, lora_alpha=alpha
+    )
 
 
 def _alpha(stage: SFTStage | GRPOStage) -> int | None:
@@ -199,12 +161,12 @@ def _verl_grpo(stage: GRPOStage, ctx: RunContext, name: str, base: str, data: Pa
 
     require_reachable(stage_endpoints(stage))  # a dead judge fails here, in seconds, before verl takes the GPUs
     command = _verl_grpo_command(stage, ctx, name, base, data, dry_run=False)
-    _run_verl(command, ctx, name, base=portable_ref(command.model_path), trainer="verl-grpo", alpha=_alpha(stage))
+    run_verl(command, ctx, name, base=portable_ref(command.model_path), trainer="verl-grpo", alpha=_alpha(stage))
 
 
 def _verl_sft(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path) -> None:
     command = _verl_sft_command(stage, ctx, name, base, data, dry_run=False)
-    _run_verl(command, ctx, name, base=portable_ref(base), trainer="verl-sft", alpha=_alpha(stage))
+    run_verl(command, ctx, name, base=portable_ref(base), trainer="verl-sft", alpha=_alpha(stage))
 
 
 # ---- LLaMA-Factory, in its own environment ----------------------------------------------------------------------
@@ -220,7 +182,7 @@ def _llamafactory_args(stage: SFTStage, ctx: RunContext, name: str, base: str, d
         stage,
         model_path=base if dry_run else resolve_model(base),
         dataset_dir=lf.dataset_folder(data),
-        out_dir=ctx.stage_dir(name) / "llamafactory",
+        out_dir=ctx.stage_dir(name) / lf.OUTPUT_SUBDIR,
         cpu=not torch.cuda.is_available(),
         report_to=train_ctx.report_to,
         run_name=train_ctx.run_name,
@@ -242,12 +204,7 @@ def _llamafactory(stage: SFTStage, ctx: RunContext, name: str, base: str, data: 
     lf.run_llamafactory(
         yaml_path, cli, out / "llamafactory.log", env=lf.launch_env(stage, not torch.cuda.is_available())
     )
-    final = out / "final"
-    shutil.rmtree(final, ignore_errors=True)
-    shutil.copytree(out / "llamafactory", final, ignore=shutil.ignore_patterns("checkpoint-*", "runs"))
-    state = final / "trainer_state.json"
-    steps = json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
-    CheckpointInfo(portable_ref(base), "llamafactory-sft", name, int(steps), is_adapter(final)).save(final)
+    lf.save_final(out, base=portable_ref(base), stage=name)
 
 
 def _llamafactory_plan(stage: SFTStage, ctx: RunContext, name: str, base: str, data: Path) -> list[str]:
@@ -263,7 +220,7 @@ SFT_TRAINERS: dict[str, Trainer[SFTStage]] = {
     ),
     "verl": Trainer(
         _verl_sft,
-        lambda s, c, n, base, data: _shown(_verl_sft_command(s, c, n, base, data, True).argv),
+        lambda s, c, n, base, data: shown(_verl_sft_command(s, c, n, base, data, True).argv),
         ("sft/train.parquet", "sft/eval.parquet"),
     ),
     "llamafactory": Trainer(_llamafactory, _llamafactory_plan),
@@ -278,7 +235,7 @@ GRPO_TRAINERS: dict[str, Trainer[GRPOStage]] = {
     ),
     "verl": Trainer(
         _verl_grpo,
-        lambda s, c, n, base, data: _shown(_verl_grpo_command(s, c, n, base, data, True).argv),
+        lambda s, c, n, base, data: shown(_verl_grpo_command(s, c, n, base, data, True).argv),
         ("rl/train.parquet", "rl/eval.parquet"),
     ),
 }
