@@ -60,7 +60,7 @@ def main() -> None:
     header = [
         '# Exact versions `pip install ".[gpu]"` resolves to on linux x86_64 (CUDA wheels from PyPI),',
         f"# CPython {platform.python_version_tuple()[0]}.{platform.python_version_tuple()[1]}. "
-        "Written by tools/lock_gpu.py; tests/test_packaging.py checks it resolves and agrees with pyproject.",
+        "Written by tools/lock_gpu.py; tests/app/test_packaging.py checks it resolves and agrees with pyproject.",
     ]
     GPU_TXT.write_text("\n".join([*header, *(f"{n}=={v}" for n, v in pins.items())]) + "\n")
     print(f"{GPU_TXT}: {len(pins)} pins (torch {pins.get('torch')}, vllm {pins.get('vllm')})")
