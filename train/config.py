@@ -6,6 +6,7 @@ LLaMA-Factory YAML). Knobs one trainer lacks are refused there with a clear line
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
@@ -98,8 +99,9 @@ class PolicyOptimStage(StrictModel):
     )
 
     @property
+    @abstractmethod
     def response_budget(self) -> int:
-        raise NotImplementedError
+        """Tokens a sample may generate after its prompt: each stage kind says what a sample is."""
 
 
 class GRPOStage(PolicyOptimStage):
