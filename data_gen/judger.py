@@ -19,6 +19,7 @@ from memrl.core.errors import ConfigError, MemrlError
 from memrl.core.files import atomic_write_json, atomic_writer, open_text
 from memrl.core.outcomes import NothingDoneError
 from memrl.core.splits import check_disjoint as check_splits_disjoint
+from memrl.data_gen.config import JudgerDataConfig
 from memrl.envs.tod.extract import folder_schemas
 from memrl.envs.tod.formats import Individual, LoadProblems, Session, as_dicts, load_tod_dir
 from memrl.envs.tod.labels import NEGATIVE_KINDS, label
@@ -168,16 +169,7 @@ def memory_builder(schema: Path, writer: str | None, seed: int = 0) -> MemoryBui
     return LLMMemoryBuilder(build_backend(model_from_spec(writer)), params, template=offline)
 
 
-def build_judger_dataset(
-    tod_dir: str | Path,
-    out: str | Path,
-    eval_individuals: int | None = None,
-    eval_fraction: float | None = None,
-    seed: int = 0,
-    schema: str | Path | None = None,
-    strict: bool = False,
-    memory_writer: str | None = None,
-) -> dict[str, Any]:
+def build_judger_dataset(cfg: JudgerDataConfig, out: str | Path) -> dict[str, Any]:
     """Rows for every confirming session of `tod_dir`, split by individual, written under `out`; returns the stats.
 
     Lenient by default: foreign slots are dropped, confirming sessions no score can use are no query (their turns
@@ -186,14 +178,16 @@ def build_judger_dataset(
     Without a stored `memory/` bank, memory is written from each session's words (`memory_builder`);
     `stats["memory"]` says how many confirmed values it holds.
     """
-    path = schema_path(tod_dir, schema)
-    problems = None if strict else LoadProblems()
+    tod_dir, seed = cfg.tod_dir, cfg.seed
+    path = schema_path(tod_dir, cfg.schema_file)
+    problems = None if cfg.strict else LoadProblems()
     merged = load_schemas(path)
     individuals = load_tod_dir(tod_dir, merged, problems)
     schemas = folder_schemas(individuals, merged)
-    builder = memory_builder(path, memory_writer, seed)
+    builder = memory_builder(path, cfg.memory_writer, seed)
     banks = load_memory_banks(tod_dir, individuals, schemas, builder)
-    train_ids, eval_ids = split_individuals([i.persona_id for i in individuals], eval_individuals, eval_fraction, seed)
+    persona_ids = [i.persona_id for i in individuals]
+    train_ids, eval_ids = split_individuals(persona_ids, cfg.eval_individuals, cfg.eval_fraction, seed)
     by_id = {i.persona_id: i for i in individuals}
     splits = {
         name: [r for pid in ids for r in individual_rows(by_id[pid], banks[pid], schemas)]
@@ -220,7 +214,7 @@ def build_judger_dataset(
         "individuals": {"train": train_ids, "eval": eval_ids},
         **{name: split_stats(rows) for name, rows in splits.items()},
         "memory": {
-            "writer": memory_writer or "text",
+            "writer": cfg.memory_writer or "text",
             "writer_failures": builder.failures,
             **memory_coverage(individuals, banks),
         },

@@ -28,6 +28,7 @@ from typing import Any
 from memrl.core.errors import ConfigError
 from memrl.core.files import read_jsonl
 from memrl.core.outcomes import Outcome, require_success
+from memrl.data_gen.config import PahfDataConfig
 from memrl.data_gen.writers import SFT_SCHEMA, write_jsonl, write_parquet
 from memrl.envs.pahf import prompts
 from memrl.envs.run_records import FailedWork
@@ -134,8 +135,9 @@ def _require_finished_tasks(run_dir: Path, tasks: Sequence[Any]) -> None:
     require_success("data pahf", outcome, then="no dataset written; rerun the eval to run them again")
 
 
-def build_pahf_dataset(run_dir: Path, out_dir: Path, eval_users: int) -> dict[str, Any]:
-    """Read `run_dir/tasks.jsonl` (a `memrl eval pahf --domain shopping` run), write the dataset, return its stats."""
+def build_pahf_dataset(cfg: PahfDataConfig, out_dir: Path) -> dict[str, Any]:
+    """Read `run/tasks.jsonl` (a `memrl eval pahf --domain shopping` run), write the dataset, return its stats."""
+    run_dir = cfg.run
     path = run_dir / "tasks.jsonl"
     # read only: the run is the user's, a torn last line stays on disk
     tasks = read_jsonl(path, ConfigError) if path.is_file() else []
@@ -149,7 +151,7 @@ def build_pahf_dataset(run_dir: Path, out_dir: Path, eval_users: int) -> dict[st
         records, skipped = build_records(tasks)
     except (KeyError, TypeError) as exc:  # a record of another shape: what it lacks is the useful part
         raise ConfigError(f"{path}: not a PAHF shopping run's tasks (a record lacks or mistypes {exc})") from None
-    train_users, _ = split_users(users, eval_users)
+    train_users, _ = split_users(users, cfg.eval_users)
     splits = {
         "train": [r for r in records if r.user in train_users],
         "eval": [r for r in records if r.user not in train_users],

@@ -13,10 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rich.console import Console
+
 from memrl.core.errors import ConfigError
 from memrl.core.files import open_text, parse_json
 from memrl.core.outcomes import NothingDoneError
 from memrl.core.splits import check_disjoint as check_splits_disjoint
+from memrl.data_gen.config import ReflectionDataConfig
 from memrl.data_gen.gold import NOTES, compose_notes, compose_reasoning, gold_json
 from memrl.data_gen.records import ReflectionRecord
 from memrl.data_gen.writers import Stats, write_dataset
@@ -262,3 +265,31 @@ def require_records(
         raise NothingDoneError(
             f"{what}: no {label} records: all {n} {split} sessions were skipped ({why}); no dataset written"
         )
+
+
+def build_reflection_data(
+    cfg: ReflectionDataConfig, out: Path, console: Console, seed: int, what: str
+) -> tuple[Stats, int, int]:
+    """The datasets under `out` from the given sessions, else from fresh collab runs of each split (under
+    `out/collab-<split>`); returns the stats and the train and eval record counts. `what` names the work in errors."""
+    if cfg.train_sessions:  # as `memrl data reflection` reads them: a split with no session refused in one line
+        train, evaluation = load_split(cfg.train_sessions), load_split(cfg.eval_sessions)
+    else:
+        train = _collab_sessions(cfg, "train", cfg.train_users, out / "collab-train", console, seed, what)
+        evaluation = _collab_sessions(cfg, "eval", cfg.eval_users, out / "collab-eval", console, seed, what)
+    train_records, eval_records, skipped = build_from_sessions(train, evaluation, cfg.gold)
+    require_records(what, train_records, eval_records, skipped, (len(train), len(evaluation)))
+    return write_dataset(train_records, eval_records, out, skipped), len(train_records), len(eval_records)
+
+
+def _collab_sessions(
+    cfg: ReflectionDataConfig, split: str, users: int, out: Path, console: Console, seed: int, what: str
+) -> list[dict]:
+    """The split's finished sessions; fails (writing no dataset) when fewer than `min_success` of those run finished."""
+    from memrl.envs.collab.runner import collab_run
+
+    collab = cfg.collab.model_copy(update={"split": split, "users": users, "seed": seed})
+    run = collab_run(collab, out, console)
+    then = f"no dataset written; a rerun runs them again ({out / 'failed.jsonl'})"
+    run.check(f"{what} ({split} split)", cfg.min_success, then)
+    return run.records

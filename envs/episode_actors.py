@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 # What an actor answers per episode: the step as plain data, the environment's error, or None: the actor does not
 # hold the episode (it restarted since the episode was reset there).
 Outcome = dict[str, Any] | str | None
+# A step's TypeError (an annotation the environment does not take) comes back as {MISUSE: error}; the episode stays
+# live and the driver raises TypeError, as an in-process episode does (the protocol, envs/checker.py).
+MISUSE = "misuse"
 
 
 class EnvActorDied(RuntimeError):
@@ -94,6 +97,8 @@ class EpisodeWorker:
                     out["record"] = episode.record()
                     del self.live[key]
                 return out
+            except TypeError as exc:  # the caller's misuse (an annotation it does not take): the episode lives on
+                return {MISUSE: _error(exc)}
             except Exception as exc:
                 del self.live[key]
                 return _error(exc)
@@ -162,6 +167,8 @@ class RemoteEpisode:
 
     async def _attempt(self, method: str, payload: tuple[Any, ...]) -> dict[str, Any]:
         out = await self.source.submit(method, self, payload)
+        if isinstance(out, dict) and MISUSE in out:
+            raise TypeError(out[MISUSE])
         if isinstance(out, dict):
             return out
         if isinstance(out, str):

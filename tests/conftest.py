@@ -63,10 +63,11 @@ def smoke_run(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> Path
 @pytest.fixture(scope="session")
 def mstod_judger_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Judger pairs of the generated MS-TOD fixture, two individuals held out."""
+    from memrl.data_gen.config import JudgerDataConfig
     from memrl.data_gen.judger import build_judger_dataset
 
     out = tmp_path_factory.mktemp("judger-data")
-    build_judger_dataset(FIXTURES / "mstod", out, 2, None, 0, None)
+    build_judger_dataset(JudgerDataConfig(tod_dir=FIXTURES / "mstod", eval_individuals=2), out)
     return out
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from pydantic import Field, PositiveInt
 from rich.console import Console
 
 from memrl.core.checkpoints import is_adapter, resolve_model
@@ -16,6 +17,7 @@ from memrl.core.files import parse_json, read_text
 from memrl.core.jsonl import ResumableJsonl
 from memrl.core.outcomes import require_data
 from memrl.core.progress import progress
+from memrl.core.schema import StrictModel
 from memrl.envs.collab.agents import AgentKind
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.rewards.config import RewardConfig
@@ -23,9 +25,34 @@ from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import GroundTruth
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.builder import build_backend
-from memrl.rollout.config import HFModelConfig, VLLMModelConfig
+from memrl.rollout.config import HFModelConfig, SamplingConfig, VLLMModelConfig
 from memrl.rollout.serve import pick_engine
 from memrl.train.export import export_checkpoint
+
+
+class OnlineCheck(StrictModel):
+    """Plug each reflector into a collab evaluation and compare it with the first model listed."""
+
+    collab: CollabEvalConfig = Field(default_factory=CollabEvalConfig)
+
+
+class EvalReflectorConfig(StrictModel):
+    """Held-out reward of each model (base, SFT, GRPO, ...) on the eval split; writes the run's report.json."""
+
+    data: str = Field(description="a reflection_data stage of this recipe, or a dataset folder it wrote")
+    models: dict[str, str] = Field(
+        min_length=1, description="label -> a recipe model key, a stage of this recipe, or a model folder"
+    )
+    reward: RewardConfig = RewardConfig()
+    sampling: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=256)
+    max_samples: PositiveInt | None = None
+    batch_size: PositiveInt = Field(default=8, description="prompts per generation batch (transformers backend)")
+    online: OnlineCheck | None = None
+    outcome_users: PositiveInt | None = Field(
+        default=None,
+        description="with `reward.outcome`: held-out users whose next sessions are played (the first row of each); "
+        "default: every user of the evaluated rows",
+    )
 
 
 def servable_model(ref: str) -> str:

@@ -8,14 +8,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from memrl.core import models
 from memrl.core.checkpoints import is_adapter, load_causal_lm, read_info, resolve_model, tokenizer_source
 from memrl.core.errors import ConfigError
+from memrl.core.schema import StrictModel
 
 EXPORT_FILE = "memrl_export.json"
 CARD_FILE = "README.md"
 PIPELINE_TAG = "text-generation"
 UNKNOWN_LICENSE = "unknown"  # one of the Hub's license identifiers
+
+
+class ExportConfig(StrictModel):
+    """A checkpoint -> a standalone HF model folder (LoRA merged, tokenizer, model card)."""
+
+    checkpoint: str = Field(description="a training stage of this recipe, or a checkpoint folder")
 
 
 def export_checkpoint(checkpoint: Path, out: Path, *, lora_alpha: int | None = None) -> Path:

@@ -20,7 +20,7 @@ from memrl.core.errors import MemrlError
 from memrl.core.models import cache_dir
 
 LLAMAFACTORY_VERSION = "0.9.5"
-# What the YAML `llamafactory_run.sft_yaml` writes may name beyond LLaMA-Factory's own requirements, at memrl's
+# What the YAML `backends.llamafactory.sft_yaml` writes may name beyond LLaMA-Factory's own requirements, at memrl's
 # ranges: each logger `report_to` may name, and on GPU machines the ZeRO-2 config of a multi-GPU run.
 REPORT_PACKAGES = {"none": (), "wandb": ("wandb>=0.31,<0.32",)}
 GPU_PACKAGES = ("deepspeed>=0.19.8,<0.20",)

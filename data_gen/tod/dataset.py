@@ -13,11 +13,12 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memrl.core.files import atomic_write_json
+from memrl.data_gen.config import TodDataConfig
 from memrl.data_gen.tod.goals import Goal, extract_goals, value_pool
 from memrl.data_gen.tod.individuals import GenerationStats, check_run_config, generate
 from memrl.data_gen.tod.plan import IndividualPlan
@@ -35,16 +36,6 @@ from memrl.envs.tod.memory import (
 from memrl.envs.tod.schema import Schemas, TodDataError, load_schemas
 from memrl.envs.tod.sgd import dialogue_files
 from memrl.rollout.base import ChatBackend, SamplingParams
-
-
-@dataclass(frozen=True)
-class TodDataConfig:
-    sgd_dir: str
-    individuals: int
-    tasks_per_individual: int = 6
-    writer: str = "template"  # template, or a model spec: NAME or NAME@URL
-    memory: str = "template"  # template | llm (the writer's model)
-    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,8 +74,6 @@ def make_writer(cfg: TodDataConfig, schemas: Schemas, backend: ChatBackend | Non
 def make_memory_builder(cfg: TodDataConfig, backend: ChatBackend | None) -> MemoryBuilder:
     if cfg.memory == "template":
         return TemplateMemoryBuilder()
-    if cfg.memory != "llm":
-        raise TodDataError(f"--memory must be template or llm, not {cfg.memory!r}")
     if backend is None:
         raise TodDataError("--memory llm builds memory with the writer's model: pass --writer MODEL or MODEL@URL")
     return LLMMemoryBuilder(backend, SamplingParams(temperature=0.0, max_tokens=384, seed=cfg.seed))
@@ -97,7 +86,7 @@ def dataset_stats(
     tasks = [t for ind in individuals for t in ind.tasks().values()]
     per_person = [len(ind.sessions) for ind in individuals]
     return {
-        "config": asdict(cfg),
+        "config": cfg.model_dump(mode="json"),
         "sgd_files": [str(f) for f in source.files],
         "goals_available": len(source.goals),
         "individuals": len(individuals),
@@ -130,7 +119,7 @@ def build_tod_dataset(
     out = Path(out)
     source = load_source(cfg.sgd_dir)
     plans = plan_from(source, cfg)
-    check_run_config(out, asdict(cfg))
+    check_run_config(out, cfg.model_dump(mode="json"))
     needs_model = cfg.writer != "template" and (writer is None or cfg.memory == "llm")
     backend = make_backend(cfg.writer) if needs_model else None
     try:

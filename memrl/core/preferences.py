@@ -2,6 +2,8 @@
 
 Each preference says what the user wants and when the user pushes back. `original_key` is a short phrase of the
 original benchmark's sentence for that preference, so profiles written in the original wording can be mapped here.
+It lives in core, below both of its readers: the rewards score notes against it and the collab environment's users
+enforce it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Tiny random causal LMs with a tokenizer trained offline, for fast tests and CPU smoke runs."""
+"""Tiny random causal LMs with a tokenizer trained offline, for fast tests and CPU smoke runs.
+
+It imports torch and transformers at its top, so nothing in memrl.core imports it there: `models.pull` imports it
+inside the tiny models' builder, and importing memrl.core (`memrl --help`, the recipe schema) never loads torch.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 from support import MemrlCLI
@@ -50,3 +52,26 @@ def test_models_pull_prints_paths_and_list_shows_them(tiny_qwen2: str, memrl_cli
 def test_recipes_list_shows_bundled_recipes(memrl_cli: MemrlCLI) -> None:
     listing = memrl_cli("recipes", "list", env=wide()).stdout
     assert "quickstart" in listing and "endpoint" in listing
+
+
+_IMPORTED = """
+import sys
+from typer.testing import CliRunner
+from memrl.app.cli.main import app
+result = CliRunner().invoke(app, sys.argv[1:])
+assert result.exit_code == 0, result.output
+print(" ".join(sorted(m for m in sys.modules if m.startswith("memrl."))))
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "loads_worlds"),
+    [(("--help",), False), (("run", "--help"), False), (("eval", "--help"), True), (("data", "tod", "--help"), True)],
+)
+def test_a_group_imports_its_worlds_only_when_it_is_used(command: tuple[str, ...], loads_worlds: bool) -> None:
+    """The groups in `main.LAZY_GROUPS` import their modules (every world's actions) on first use, not at start."""
+    modules = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *command], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert ("memrl.app.actions.tod" in modules) is loads_worlds
+    assert any(m.startswith("memrl.envs.") for m in modules) is loads_worlds

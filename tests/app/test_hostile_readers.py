@@ -63,7 +63,7 @@ BOMB = f"[{', '.join(LAUGHS)}]"  # ~600 bytes, 9^9 values once expanded
     ],
 )
 def test_training_overrides_read_their_values_as_bounded_yaml(value: str, why: str) -> None:
-    from memrl.train.llamafactory_run import apply_overrides as lf_overrides
+    from memrl.train.backends.llamafactory import apply_overrides as lf_overrides
     from memrl.train.trl_common import apply_overrides
 
     @dataclasses.dataclass

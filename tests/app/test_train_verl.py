@@ -196,8 +196,9 @@ def test_a_verl_stage_runs_with_its_metrics_file_and_draws_its_curves(tmp_path: 
 
     from memrl.app.context import RunContext
     from memrl.app.recipe import load_recipe
-    from memrl.app.stages.training import run_verl, verl_command
-    from memrl.train.backends import CURVES_FILE, VerlCommand
+    from memrl.app.stages.training import stage_run, verl_command
+    from memrl.train.backends import CURVES_FILE
+    from memrl.train.backends.verl import VerlCommand, run_command
 
     run = tmp_path / "run"
     loaded = load_recipe("reflector-qwen2.5-7b", [f"output_dir={run}"])
@@ -217,7 +218,7 @@ def test_a_verl_stage_runs_with_its_metrics_file_and_draws_its_curves(tmp_path: 
     )
     command = VerlCommand([sys.executable, "-c", script], env, "m")
     with pytest.raises(MemrlError):
-        run_verl(command, ctx, "sft", base="m", trainer="verl-sft", alpha=None)
+        run_command(command, stage_run(ctx, "sft"), base="m", trainer="verl-sft", lora=None)
     assert (run / "sft" / "verl_metrics-1.jsonl").is_file()
     assert (run / "sft" / CURVES_FILE).read_bytes()[:4] == b"\x89PNG"
     assert [s for s, row in verl_metrics.read(run / "sft").items() if "train/loss" in row] == [1, 2, 3]

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from memrl.app.cli.data import data_app
 from memrl.core.errors import MemrlError
+from memrl.data_gen.config import JudgerDataConfig
 from memrl.data_gen.judger import (
     NEGATIVE_KINDS,
     build_judger_dataset,
@@ -33,7 +34,7 @@ SGD = FIXTURES / "sgd"
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("judger")
-    return out, build_judger_dataset(MSTOD, out, eval_individuals=2, seed=0)
+    return out, build_judger_dataset(JudgerDataConfig(tod_dir=MSTOD, eval_individuals=2, seed=0), out)
 
 
 def test_labels_follow_task_missing_slot_and_confirmed_value(dataset: tuple[Path, dict[str, Any]]) -> None:

@@ -10,6 +10,7 @@ import pytest
 from support import MemrlCLI
 
 from memrl.core.errors import ConfigError
+from memrl.data_gen.config import PahfDataConfig
 from memrl.data_gen.pahf import build_pahf_dataset, build_records
 from memrl.envs.pahf import prompts
 
@@ -76,6 +77,6 @@ def test_dataset_files_and_cli(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     assert (out / "sft" / "train.parquet").is_file() and json.loads((out / "stats.json").read_text()) == stats
 
     with pytest.raises(ConfigError, match="at least one must train"):
-        build_pahf_dataset(run, tmp_path / "x", eval_users=2)
+        build_pahf_dataset(PahfDataConfig(run=run, eval_users=2), tmp_path / "x")
     missing = memrl_cli("data", "pahf", "--run", tmp_path / "no", "--out", out, timeout=120)
     assert missing.returncode == 2 and "tasks.jsonl does not exist" in missing.stderr

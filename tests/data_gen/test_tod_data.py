@@ -11,7 +11,8 @@ import pytest
 from support import MemrlCLI
 
 from memrl.core.errors import MemrlError
-from memrl.data_gen.tod.dataset import TodDataConfig, build_tod_dataset, load_source, plan_from
+from memrl.data_gen.config import TodDataConfig
+from memrl.data_gen.tod.dataset import build_tod_dataset, load_source, plan_from
 from memrl.data_gen.tod.goals import extract_goals
 from memrl.data_gen.tod.plan import IndividualPlan, SessionPlan
 from memrl.data_gen.tod.session_writers import MIN_TURNS, LLMWriter, TemplateWriter, Written
@@ -49,7 +50,7 @@ def schemas() -> Schemas:
 
 @pytest.fixture(scope="module")
 def plans() -> list[IndividualPlan]:
-    return plan_from(load_source(SGD), TodDataConfig(str(SGD), 6))
+    return plan_from(load_source(SGD), TodDataConfig(sgd_dir=SGD, individuals=6))
 
 
 # --- goals ----------------------------------------------------------------------------------------------------------
@@ -121,13 +122,13 @@ def test_plan_invariants(plans: list[IndividualPlan]) -> None:
 
 def test_plan_is_deterministic_with_a_seed(plans: list[IndividualPlan]) -> None:
     source = load_source(SGD)
-    assert plan_from(source, TodDataConfig(str(SGD), 6)) == plans
-    assert plan_from(source, TodDataConfig(str(SGD), 6, seed=1)) != plans
+    assert plan_from(source, TodDataConfig(sgd_dir=SGD, individuals=6)) == plans
+    assert plan_from(source, TodDataConfig(sgd_dir=SGD, individuals=6, seed=1)) != plans
 
 
 def test_too_few_goals_is_one_line() -> None:
     with pytest.raises(MemrlError, match="8 individuals x 6 tasks need 48 goals, but the SGD files hold 42 goals"):
-        plan_from(load_source(SGD), TodDataConfig(str(SGD), 8))
+        plan_from(load_source(SGD), TodDataConfig(sgd_dir=SGD, individuals=8))
 
 
 # --- written sessions -----------------------------------------------------------------------------------------------
@@ -135,7 +136,7 @@ def test_too_few_goals_is_one_line() -> None:
 
 def test_fixture_is_what_the_generator_writes(tmp_path: Path) -> None:
     """The shipped fixture is current: regenerating it gives the same files byte for byte."""
-    stats, _ = build_tod_dataset(TodDataConfig("tests/fixtures/sgd", 6), tmp_path / "o")
+    stats, _ = build_tod_dataset(TodDataConfig(sgd_dir=Path("tests/fixtures/sgd"), individuals=6), tmp_path / "o")
     files = sorted(p.relative_to(MSTOD) for p in MSTOD.rglob("*.json"))
     assert files == sorted(
         p.relative_to(tmp_path / "o") for p in (tmp_path / "o").rglob("*.json") if ".progress" not in p.parts
@@ -192,7 +193,7 @@ class CrashingWriter(TemplateWriter):
 
 
 def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path: Path, schemas: Schemas) -> None:
-    cfg = TodDataConfig(str(SGD), 3, tasks_per_individual=4)
+    cfg = TodDataConfig(sgd_dir=SGD, individuals=3, tasks_per_individual=4)
     build_tod_dataset(cfg, tmp_path / "whole")
     out = tmp_path / "resumed"
     with pytest.raises(Crash):
@@ -216,9 +217,9 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path: Path, schem
 
 
 def test_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
-    build_tod_dataset(TodDataConfig(str(SGD), 2, tasks_per_individual=2), tmp_path)
+    build_tod_dataset(TodDataConfig(sgd_dir=SGD, individuals=2, tasks_per_individual=2), tmp_path)
     with pytest.raises(MemrlError, match="tasks_per_individual=2, not 3"):
-        build_tod_dataset(TodDataConfig(str(SGD), 2, tasks_per_individual=3), tmp_path)
+        build_tod_dataset(TodDataConfig(sgd_dir=SGD, individuals=2, tasks_per_individual=3), tmp_path)
 
 
 # --- the LLM writer and memory builder with a real (tiny) model -------------------------------------------------

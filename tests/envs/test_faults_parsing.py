@@ -262,10 +262,11 @@ def test_llm_reader_counts_empty_replies_and_keeps_any_other_text() -> None:
 
 @pytest.fixture(scope="module")
 def tod_plans() -> tuple[Any, list[Any]]:
-    from memrl.data_gen.tod.dataset import TodDataConfig, load_source, plan_from
+    from memrl.data_gen.config import TodDataConfig
+    from memrl.data_gen.tod.dataset import load_source, plan_from
     from memrl.envs.tod.schema import load_schemas
 
-    plans = plan_from(load_source(SGD), TodDataConfig(str(SGD), 6))
+    plans = plan_from(load_source(SGD), TodDataConfig(sgd_dir=SGD, individuals=6))
     confirming = next(s for s in plans[0].sessions if s.stage == "confirming")
     return load_schemas(SGD), [plans[0].sessions[0], confirming]
 

@@ -12,7 +12,7 @@ from packaging.requirements import Requirement
 from support import MemrlCLI
 
 from memrl.train import llamafactory_env as lfe
-from memrl.train import llamafactory_run as lf
+from memrl.train.backends import llamafactory as lf
 from memrl.train.config import SFTStage
 
 ROOT = Path(__file__).resolve().parents[2]

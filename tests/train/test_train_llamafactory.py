@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from memrl.core.errors import ConfigError, MemrlError
-from memrl.train import llamafactory_run as lf
+from memrl.train.backends import llamafactory as lf
 from memrl.train.config import ClusterConfig, LoggingTarget, LoraConfig, SFTStage
 
 # Argument names LLaMA-Factory 0.9.5 accepts, read from its source (llamafactory/hparams/model_args.py,
@@ -209,12 +209,9 @@ def test_a_failing_run_raises_with_its_last_lines(tmp_path: Path) -> None:
 # --- a real run, where LLaMA-Factory's environment exists ---------------------------------------------------------
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path, llamafactory_env: Path) -> None:
-    from memrl.train.llamafactory_env import cli_path
-
-    sft = stage(
+def two_steps() -> SFTStage:
+    """A LoRA SFT of two steps on one GPU's worth of settings, small enough for a CPU."""
+    return stage(
         lora=LoraConfig(rank=4, alpha=8),
         lr=1e-3,
         max_steps=2,
@@ -224,6 +221,14 @@ def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path, llamafactory_e
         checkpoints=LoggingTarget(save_steps=2),
         cluster=ClusterConfig(gpus_per_node=1),
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path, llamafactory_env: Path) -> None:
+    from memrl.train.llamafactory_env import cli_path
+
+    sft = two_steps()
     write_dataset(tmp_path / "data")
     data = lf.dataset_folder(tmp_path / "data")
     # The default logging of a recipe run (wandb), kept offline: the environment must have what the YAML names.
@@ -273,3 +278,34 @@ def test_save_final_keeps_the_model_not_the_checkpoints(tmp_path: Path) -> None:
         2,
         True,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_backend_runs_a_stage_into_final(
+    tiny_qwen2: str, tmp_path: Path, llamafactory_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run` from a StageRun: the YAML it describes, LLaMA-Factory in its own environment, then `final/`."""
+    from rich.console import Console
+
+    from memrl.core.checkpoints import read_info
+    from memrl.train import llamafactory_env as lfe
+    from memrl.train.backends import StageRun
+
+    monkeypatch.setattr(lfe, "default_env_dir", lambda: llamafactory_env)  # the environment this machine has
+    sft = two_steps()
+    write_dataset(tmp_path / "data")
+    where = StageRun(tmp_path / "run" / "sft", "sft", "lf", "memrl", False, 3, frozenset(), Console(stderr=True))
+    yaml_path = where.out_dir / lf.YAML_FILE
+    assert lf.describe(sft, where, tiny_qwen2, tmp_path / "data") == [f"llamafactory-cli train {yaml_path}"]
+    lf.run(sft, where, tiny_qwen2, tmp_path / "data")
+    written = yaml.safe_load(yaml_path.read_text())
+    assert (written["run_name"], written["seed"], written["report_to"]) == ("lf-sft", 3, "none")
+    info = read_info(where.out_dir / "final")
+    assert info is not None and (info.trainer, info.stage, info.steps, info.adapter) == (
+        "llamafactory-sft",
+        "sft",
+        2,
+        True,
+    )
+    assert not list((where.out_dir / "final").glob("checkpoint-*"))

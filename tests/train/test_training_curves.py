@@ -144,6 +144,7 @@ def test_recall_at_k_chart_of_tod_metrics(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_judger_training_and_evaluation_write_loss_roc_pr_and_recall_charts(tmp_path: Path, model_cache: Path) -> None:
+    from memrl.data_gen.config import JudgerDataConfig
     from memrl.data_gen.judger import build_judger_dataset
     from memrl.train.config import JudgerStage
     from memrl.train.judger.data import pairs_file
@@ -152,7 +153,9 @@ def test_judger_training_and_evaluation_write_loss_roc_pr_and_recall_charts(tmp_
     from memrl.train.trl_common import TrainContext
 
     data = tmp_path / "data"
-    build_judger_dataset(Path(__file__).parents[1] / "fixtures" / "mstod", data, 2, None, 0, None)
+    build_judger_dataset(
+        JudgerDataConfig(tod_dir=Path(__file__).parents[1] / "fixtures" / "mstod", eval_individuals=2), data
+    )
     stage = JudgerStage(kind="judger", model="judger", max_steps=3, batch_size=8, micro_batch_size=8, max_length=96)
     final = train_judger(stage, "minilm", data, TrainContext(tmp_path / "judger", "judger", 0, "none", "t"))
     assert (tmp_path / "judger" / "loss_curve.png").read_bytes()[:8] == PNG

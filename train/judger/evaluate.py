@@ -40,7 +40,8 @@ from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, resolve_a
 from memrl.rollout.judger.inputs import JudgerInput
 from memrl.rollout.judger.scorer import JUDGER_FILE
 from memrl.train.curves import RECALL_AT_K, ROC_PR, recall_chart, roc_pr_chart
-from memrl.train.judger.data import by_query, read_pairs
+from memrl.train.judger.config import JudgerEvalConfig
+from memrl.train.judger.data import by_query, read_pairs, require_pairs
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 KS = (1, 3, 5)
@@ -192,6 +193,15 @@ def evaluate_judger(
     if judged is not None:
         roc_pr_chart(labels, probs, out / ROC_PR)
     return metrics
+
+
+def evaluate_config(cfg: JudgerEvalConfig, out: Path, console: Console) -> dict[str, Any]:
+    """`evaluate_judger` as `memrl eval judger` and the `eval_judger` stage call it."""
+    if cfg.data is None:
+        raise ConfigError("no judger data: pass --data (or, for a recipe, `data:` on the stage or data=DIR)")
+    settings = cfg.model_dump(exclude={"judger", "data"})  # the rest are evaluate_judger's keywords, by name
+    judger = None if cfg.judger is None else str(cfg.judger)
+    return evaluate_judger(judger, require_pairs(cfg.data, "eval"), out, console=console, **settings)
 
 
 def print_summary(metrics: dict[str, Any], ks: Sequence[int], console: Console) -> None:

@@ -32,6 +32,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from verl.experimental.agent_loop.tool_agent_loop import SPEC_DECODE_EXTRA_KEYS
 from verl.utils.profiler import simple_timer
 
+from memrl.core.process_cache import ProcessCache
 from memrl.envs.collab.rows import CollabEpisodes
 from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES, EpisodeRewardWeights, episode_parts
 from memrl.train.online.chat_tokens import TurnTokens
@@ -43,8 +44,8 @@ from memrl.train.online.verl_rollouts import record_parts, sample_key
 log = logging.getLogger(__name__)
 
 # One environment per process and settings, one TurnTokens per tokenizer: verl builds a loop for every sample.
-_SOURCES: dict[str, CollabEpisodes] = {}
-_TURNS: dict[int, TurnTokens] = {}
+_SOURCES: ProcessCache[str, CollabEpisodes] = ProcessCache()
+_TURNS: ProcessCache[int, TurnTokens] = ProcessCache()
 
 
 def episode_reward(t: Trajectory, weights: EpisodeRewardWeights) -> tuple[float, dict[str, Any]]:
@@ -83,16 +84,15 @@ async def play_episode(
 
 
 def _source(settings: str) -> CollabEpisodes:
-    if settings not in _SOURCES:
+    def build() -> CollabEpisodes:
         loaded = LoopSettings.load(settings, os.environ)
-        _SOURCES[settings] = collab_episodes(loaded.env, loaded.max_turn_tokens)
-    return _SOURCES[settings]
+        return collab_episodes(loaded.env, loaded.max_turn_tokens)
+
+    return _SOURCES.get(settings, build)
 
 
 def _turns(tokenizer: Any) -> TurnTokens:
-    if id(tokenizer) not in _TURNS:
-        _TURNS[id(tokenizer)] = TurnTokens.of(tokenizer)
-    return _TURNS[id(tokenizer)]
+    return _TURNS.get(id(tokenizer), lambda: TurnTokens.of(tokenizer))
 
 
 @register(AGENT_NAME)

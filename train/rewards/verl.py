@@ -40,6 +40,7 @@ from pydantic import SecretStr, ValidationError
 
 from memrl.core.asyncs import MicroBatcher, run_sync
 from memrl.core.errors import ConfigError
+from memrl.core.process_cache import ProcessCache
 from memrl.envs.collab.next_session import NextSessionRow, load_rows
 from memrl.rewards.config import JudgeConfig, NextSessionRewardConfig, RewardConfig
 from memrl.rewards.format import extract_notes
@@ -48,8 +49,8 @@ from memrl.rewards.types import GroundTruth, RewardParts
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.train.rewards.next_session import NextSessionScorer, OutcomeParts, build_scorer
 
-_SCORERS: dict[str, RewardScorer] = {}
-_OUTCOME_SCORERS: dict[str, tuple[NextSessionScorer, dict[str, NextSessionRow]]] = {}
+_SCORERS: ProcessCache[str, RewardScorer] = ProcessCache()
+_OUTCOME_SCORERS: ProcessCache[str, tuple[NextSessionScorer, dict[str, NextSessionRow]]] = ProcessCache()
 # One batcher per (event loop, scorer): the (notes, row) pairs of concurrent calls are played as one lock-step batch.
 _BATCHERS: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, tuple[NextSessionScorer, MicroBatcher[tuple[str, NextSessionRow], OutcomeParts]]
@@ -154,12 +155,7 @@ def reward_config(kwargs: Mapping[str, Any]) -> RewardConfig:
 def get_scorer(kwargs: Mapping[str, Any]) -> RewardScorer:
     """The process-wide scorer for this configuration (built on first use)."""
     cfg = reward_config(kwargs)
-    key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
-    with _LOCK:
-        scorer = _SCORERS.get(key)
-        if scorer is None:
-            scorer = _SCORERS[key] = RewardScorer(cfg)
-    return scorer
+    return _SCORERS.get(json.dumps(cfg.model_dump(mode="json"), sort_keys=True), lambda: RewardScorer(cfg))
 
 
 def to_verl(parts: RewardParts) -> dict[str, float | None]:
@@ -185,11 +181,9 @@ def outcome_scorer(cfg: NextSessionRewardConfig) -> tuple[NextSessionScorer, dic
     """The process-wide next-session scorer and rows for this configuration (built on first use)."""
     if cfg.data is None:
         raise ConfigError("reward_kwargs: reward_config.outcome.data must name the reflection_data folder (verl)")
+    data = cfg.data
     key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
-    with _LOCK:
-        if key not in _OUTCOME_SCORERS:
-            _OUTCOME_SCORERS[key] = (build_scorer(cfg), load_rows(cfg.data))
-        return _OUTCOME_SCORERS[key]
+    return _OUTCOME_SCORERS.get(key, lambda: (build_scorer(cfg), load_rows(data)))
 
 
 def with_outcome(judge: Mapping[str, Any], outcome: OutcomeParts, weight: float) -> dict[str, float | None]:

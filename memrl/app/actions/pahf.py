@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, NonNegativeInt
 from rich.console import Console
 
 from memrl.app.actions import Action
-from memrl.core.schema import StrictModel
+from memrl.data_gen.config import PahfDataConfig
 from memrl.envs.pahf.config import PahfEvalConfig
 
 # What may change between a run and its resumption besides how the work runs (runfolder.RUNTIME_KEYS): which users.
@@ -71,20 +70,15 @@ EVAL_PAHF = Action(
 )
 
 
-class PahfData(StrictModel):
-    run: Path = Field(description="output folder of `memrl eval pahf --domain shopping`")
-    eval_users: NonNegativeInt = Field(default=1, description="users held out for eval (last by name)")
-
-
-def build_pahf_data(cfg: PahfData, out: Path, console: Console) -> dict[str, Any]:
+def build_pahf_data(cfg: PahfDataConfig, out: Path, console: Console) -> dict[str, Any]:
     from memrl.data_gen.pahf import build_pahf_dataset
 
-    return build_pahf_dataset(cfg.run, out, cfg.eval_users)
+    return build_pahf_dataset(cfg, out)
 
 
 PAHF_DATA = Action(
     "data pahf",
-    PahfData,
+    PahfDataConfig,
     build_pahf_data,
     "Memory-writer data: (feedback context -> note) records rewarded by the next decision each note informed.",
     refs=("run",),

@@ -4,42 +4,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, PositiveInt, model_validator
 from rich.console import Console
 
 from memrl.app.actions import Action
 from memrl.core.errors import ConfigError
 from memrl.core.files import describe_kind
-from memrl.core.schema import StrictModel
+from memrl.data_gen.config import JudgerDataConfig, TodDataConfig
 from memrl.envs.tod.config import TodEvalConfig
 
 # ---- data tod ----------------------------------------------------------------------------------------------------
 
 
-class TodData(StrictModel):
-    sgd_dir: Path = Field(description="SGD folder: schema.json + dialogues_*.json, or train/dev/test of them")
-    individuals: PositiveInt = Field(description="individuals (users) to generate")
-    tasks_per_individual: PositiveInt = Field(default=6, description="goals per person")
-    writer: str = Field(default="template", description="template, or a model: NAME (local) or NAME@URL (endpoint)")
-    memory: Literal["template", "llm"] = Field(
-        default="template", description="memory units from templates, or from the writer's model"
-    )
-    seed: int = 0
+def build_tod_data(cfg: TodDataConfig, out: Path, console: Console) -> dict[str, Any]:
+    from memrl.data_gen.tod.dataset import build_tod_dataset, summary
 
-
-def build_tod_data(cfg: TodData, out: Path, console: Console) -> dict[str, Any]:
-    from memrl.data_gen.tod.dataset import TodDataConfig, build_tod_dataset, summary
-
-    spec = TodDataConfig(str(cfg.sgd_dir), cfg.individuals, cfg.tasks_per_individual, cfg.writer, cfg.memory, cfg.seed)
-    stats, gen = build_tod_dataset(spec, out)
+    stats, gen = build_tod_dataset(cfg, out)
     return summary(stats, gen)
 
 
 TOD_DATA = Action(
     "data tod",
-    TodData,
+    TodDataConfig,
     build_tod_data,
     "MS-TOD individuals from SGD goals, with memory banks; a rerun with the same settings resumes.",
     refs=("sgd_dir",),
@@ -49,47 +36,10 @@ TOD_DATA = Action(
 # ---- data judger -------------------------------------------------------------------------------------------------
 
 
-class JudgerData(StrictModel):
-    tod_dir: Path = Field(description="MS-TOD folder (persona_<id>.json, memory/, schema.json)")
-    eval_individuals: PositiveInt | None = Field(default=None, description="individuals held out for eval")
-    eval_fraction: float | None = Field(
-        default=None, gt=0, lt=1, description="share of individuals held out (default 0.2)"
-    )
-    seed: int = 0
-    schema_file: Path | None = Field(
-        default=None,
-        description="SGD schema.json, or an SGD folder (its train/dev/test schemas merged); "
-        "default: TOD_DIR/schema.json",
-    )
-    strict: bool = Field(
-        default=False, description="fail on the first foreign slot or unreadable file instead of dropping and counting"
-    )
-    memory_writer: str | None = Field(
-        default=None,
-        description="MODEL or MODEL@URL: an LLM writes memory from each session (folders without memory/); "
-        "default: the deterministic text extractor",
-    )
-
-    @model_validator(mode="after")
-    def _one_split(self) -> JudgerData:
-        if self.eval_individuals is not None and self.eval_fraction is not None:
-            raise ValueError("give eval_individuals or eval_fraction, not both")
-        return self
-
-
-def build_judger_data(cfg: JudgerData, out: Path, console: Console) -> dict[str, Any]:
+def build_judger_data(cfg: JudgerDataConfig, out: Path, console: Console) -> dict[str, Any]:
     from memrl.data_gen.judger import build_judger_dataset
 
-    stats = build_judger_dataset(
-        cfg.tod_dir,
-        out,
-        cfg.eval_individuals,
-        cfg.eval_fraction,
-        cfg.seed,
-        cfg.schema_file,
-        cfg.strict,
-        cfg.memory_writer,
-    )
+    stats = build_judger_dataset(cfg, out)
     keys = ("rows", "queries", "individuals", "positives", "negatives", "positive_rate", "negatives_by_kind")
     splits = {split: {k: stats[split][k] for k in keys} for split in ("train", "eval")}
     return splits | {"memory": stats["memory"], "problems": stats["problems"]}
@@ -97,7 +47,7 @@ def build_judger_data(cfg: JudgerData, out: Path, console: Console) -> dict[str,
 
 JUDGER_DATA = Action(
     "data judger",
-    JudgerData,
+    JudgerDataConfig,
     build_judger_data,
     "Judger (query, memory QA pair) rows labelled by relevance; prints both splits' sizes and class balance.",
     refs=("tod_dir",),

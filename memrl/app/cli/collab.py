@@ -13,7 +13,7 @@ from rich.table import Table
 from memrl.core.errors import ConfigError
 from memrl.core.files import check_file, check_folder, read_text
 
-collab_app = typer.Typer(help="MultiSessionCollab: preferences, checkers, comparisons.", no_args_is_help=True)
+collab_app = typer.Typer(no_args_is_help=True)  # its help: main.LAZY_GROUPS
 console = Console(stderr=True)
 
 

@@ -11,7 +11,7 @@ import typer
 from memrl.app.cli import commands
 from memrl.app.cli.from_config import plain_path
 
-data_app = typer.Typer(help="Build training datasets from environment runs.", no_args_is_help=True)
+data_app = typer.Typer(no_args_is_help=True)  # its help: main.LAZY_GROUPS
 
 
 class Gold(StrEnum):
@@ -38,12 +38,13 @@ def reflection(
     ] = Gold.COMPOSED,
 ) -> None:
     """Reflection SFT/RL data from collab sessions; train and eval must share no user and no problem."""
-    from memrl.data_gen.reflection import build_from_sessions, load_split, require_records, write_dataset
+    from rich.console import Console
 
-    train_records, eval_records = load_split(train_sessions), load_split(eval_sessions)
-    train, eval_, skipped = build_from_sessions(train_records, eval_records, gold.value)
-    require_records("data reflection", train, eval_, skipped, (len(train_records), len(eval_records)))
-    stats = write_dataset(train, eval_, out, skipped)
+    from memrl.data_gen.config import ReflectionDataConfig
+    from memrl.data_gen.reflection import build_reflection_data
+
+    cfg = ReflectionDataConfig(train_sessions=train_sessions, eval_sessions=eval_sessions, gold=gold.value)
+    stats, _, _ = build_reflection_data(cfg, out, Console(stderr=True), 0, "data reflection")
     for split, s in (("train", stats.train), ("eval", stats.eval)):
         skips = s.skipped
         typer.echo(

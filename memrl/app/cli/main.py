@@ -13,15 +13,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from memrl.app.cli import commands
-from memrl.app.cli.collab import collab_app
-from memrl.app.cli.data import data_app
 from memrl.app.cli.errors import print_redacted, user_error
 from memrl.app.cli.from_config import sane_number
-from memrl.app.cli.pahf import pahf_app
+from memrl.app.cli.lazy import lazy_group
 from memrl.app.cli.preflight import preflight
-from memrl.app.cli.reflector import eval_reflector, export
-from memrl.app.cli.reward import reward_app
+from memrl.app.cli.reflector import export
 from memrl.app.context import redact_console
 from memrl.core.errors import MemrlError
 
@@ -36,16 +32,17 @@ models_app = typer.Typer(help="Embedded offline models.", no_args_is_help=True)
 env_app = typer.Typer(help="Separate environments for tools whose pins clash with memrl's.", no_args_is_help=True)
 app.add_typer(recipes_app, name="recipes")
 app.add_typer(models_app, name="models")
-eval_app = typer.Typer(help="Evaluate agents in the simulated environments.", no_args_is_help=True)
 app.add_typer(env_app, name="env")
-app.add_typer(collab_app, name="collab")
-app.add_typer(pahf_app, name="pahf")
-app.add_typer(eval_app, name="eval")
-app.add_typer(data_app, name="data")
-app.add_typer(reward_app, name="reward")
-# `eval reflector` stays hand-written: one model and judge flags here, a table of models and a reward section in
-# its stage `eval_reflector`, whose run also writes the recipe's report.
-commands.install(eval_app, "eval", {"reflector": eval_reflector})
+# The groups whose commands import the worlds' modules: each is imported when it runs or shows its help.
+LAZY_GROUPS = {
+    "collab": ("memrl.app.cli.collab:collab_app", "MultiSessionCollab: preferences, checkers, comparisons."),
+    "pahf": ("memrl.app.cli.pahf:pahf_app", "PAHF continual personalization: the rule-based shopping user."),
+    "eval": ("memrl.app.cli.eval:eval_app", "Evaluate agents in the simulated environments."),
+    "data": ("memrl.app.cli.data:data_app", "Build training datasets from environment runs."),
+    "reward": ("memrl.app.cli.reward:reward_app", "The rewards: list them, score a reflection."),
+}
+for _name, (_source, _help) in LAZY_GROUPS.items():
+    app.add_typer(lazy_group(_source, _help), name=_name)
 
 app.command("export")(export)
 app.command("preflight")(preflight)

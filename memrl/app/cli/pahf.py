@@ -12,7 +12,7 @@ import typer
 if TYPE_CHECKING:
     from memrl.envs.pahf.formats import PersonaTable, ShoppingScenario
 
-pahf_app = typer.Typer(help="PAHF continual personalization: the rule-based shopping user.", no_args_is_help=True)
+pahf_app = typer.Typer(no_args_is_help=True)  # its help: main.LAZY_GROUPS
 
 
 class ChoiceArg(StrEnum):

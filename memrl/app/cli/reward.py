@@ -15,7 +15,7 @@ from memrl.app.cli.from_config import sane_number
 from memrl.core.errors import BackendError, ConfigError
 from memrl.core.files import read_text
 
-reward_app = typer.Typer(help="The rewards: list them, score a reflection.", no_args_is_help=True)
+reward_app = typer.Typer(no_args_is_help=True)  # its help: main.LAZY_GROUPS
 
 
 @reward_app.callback()

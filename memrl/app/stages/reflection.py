@@ -6,76 +6,29 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
 from rich.markup import escape
 
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind, on_the_cluster
 from memrl.core.checkpoints import final_dir
-from memrl.core.schema import StrictModel
-from memrl.envs.collab.config import CollabEvalConfig
-from memrl.rewards.config import RewardConfig
-from memrl.rollout.config import SamplingConfig
+from memrl.data_gen.config import ReflectionDataConfig
+from memrl.train.evaluate import EvalReflectorConfig
+from memrl.train.export import ExportConfig
 
 # ---- reflection_data ----------------------------------------------------------------------------------------------
 
 
-class ReflectionDataStage(StrictModel):
-    """Collab sessions (train and eval users, disjoint) -> reflection datasets in every trainer's format."""
-
+class ReflectionDataStage(ReflectionDataConfig):
     kind: Literal["reflection_data"]
-    collab: CollabEvalConfig = Field(
-        default_factory=CollabEvalConfig, description="how sessions are generated; `users` and `split` are set here"
-    )
-    train_users: PositiveInt = 16
-    eval_users: PositiveInt = 8
-    gold: Literal["composed", "teacher"] = Field(
-        default="composed", description="composed from the enforced preferences, or the run's own reflector"
-    )
-    train_sessions: list[Path] = Field(default_factory=list, description="use these sessions.jsonl, run nothing")
-    eval_sessions: list[Path] = Field(default_factory=list)
-    min_success: float = Field(
-        default=1.0,
-        gt=0,
-        le=1,
-        description="share of each split's sessions left to run that must finish, else the stage fails and writes "
-        "no dataset (a rerun runs the failed ones again)",
-    )
-
-    @model_validator(mode="after")
-    def _both_or_neither(self) -> ReflectionDataStage:
-        if bool(self.train_sessions) != bool(self.eval_sessions):
-            raise ValueError("give both `train_sessions` and `eval_sessions`, or neither")
-        return self
 
 
 def run_reflection_data(stage: ReflectionDataStage, ctx: RunContext, name: str) -> None:
-    from memrl.data_gen.reflection import build_from_sessions, load_split, require_records, write_dataset
+    from memrl.data_gen.reflection import build_reflection_data
 
     out = ctx.stage_dir(name)
-    if stage.train_sessions:  # as `memrl data reflection` reads them: a split with no session refused in one line
-        train, evaluation = load_split(stage.train_sessions), load_split(stage.eval_sessions)
-    else:
-        train = _collab_sessions(stage, "train", stage.train_users, out / "collab-train", ctx, name)
-        evaluation = _collab_sessions(stage, "eval", stage.eval_users, out / "collab-eval", ctx, name)
-    train_records, eval_records, skipped = build_from_sessions(train, evaluation, stage.gold)
-    require_records(name, train_records, eval_records, skipped, (len(train), len(evaluation)))
-    stats = write_dataset(train_records, eval_records, out, skipped)
+    stats, n_train, n_eval = build_reflection_data(stage, out, ctx.console, ctx.recipe.seed, name)
     ctx.console.print(f"{name}: {json.dumps(stats.to_dict()['train'])}")
-    ctx.console.print(f"{name}: {len(train_records)} train / {len(eval_records)} eval reflection samples in {out}")
-
-
-def _collab_sessions(
-    stage: ReflectionDataStage, split: str, users: int, out: Path, ctx: RunContext, name: str
-) -> list[dict]:
-    """The split's finished sessions; fails (writing no dataset) when fewer than `min_success` of those run finished."""
-    from memrl.envs.collab.runner import collab_run
-
-    cfg = stage.collab.model_copy(update={"split": split, "users": users, "seed": ctx.recipe.seed})
-    run = collab_run(cfg, out, ctx.console)
-    then = f"no dataset written; a rerun runs them again ({out / 'failed.jsonl'})"
-    run.check(f"{name} ({split} split)", stage.min_success, then)
-    return run.records
+    ctx.console.print(f"{name}: {n_train} train / {n_eval} eval reflection samples in {out}")
 
 
 def plan_reflection_data(stage: ReflectionDataStage, ctx: RunContext, name: str) -> list[str]:
@@ -96,11 +49,8 @@ REFLECTION_DATA = StageKind(ReflectionDataStage, run_reflection_data, plan_refle
 # ---- export ---------------------------------------------------------------------------------------------------------
 
 
-class ExportStage(StrictModel):
-    """A checkpoint -> a standalone HF model folder (LoRA merged, tokenizer, model card)."""
-
+class ExportStage(ExportConfig):
     kind: Literal["export"]
-    checkpoint: str = Field(description="a training stage of this recipe, or a checkpoint folder")
 
 
 def run_export(stage: ExportStage, ctx: RunContext, name: str) -> None:
@@ -121,30 +71,8 @@ EXPORT = StageKind(ExportStage, run_export, plan_export, refs=("checkpoint",))
 # ---- eval_reflector -------------------------------------------------------------------------------------------------
 
 
-class OnlineCheck(StrictModel):
-    """Plug each reflector into a collab evaluation and compare it with the first model listed."""
-
-    collab: CollabEvalConfig = Field(default_factory=CollabEvalConfig)
-
-
-class EvalReflectorStage(StrictModel):
-    """Held-out reward of each model (base, SFT, GRPO, ...) on the eval split; writes the run's report.json."""
-
+class EvalReflectorStage(EvalReflectorConfig):
     kind: Literal["eval_reflector"]
-    data: str = Field(description="a reflection_data stage of this recipe, or a dataset folder it wrote")
-    models: dict[str, str] = Field(
-        min_length=1, description="label -> a recipe model key, a stage of this recipe, or a model folder"
-    )
-    reward: RewardConfig = RewardConfig()
-    sampling: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=256)
-    max_samples: PositiveInt | None = None
-    batch_size: PositiveInt = Field(default=8, description="prompts per generation batch (transformers backend)")
-    online: OnlineCheck | None = None
-    outcome_users: PositiveInt | None = Field(
-        default=None,
-        description="with `reward.outcome`: held-out users whose next sessions are played (the first row of each); "
-        "default: every user of the evaluated rows",
-    )
 
 
 def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) -> None:

@@ -1,4 +1,5 @@
-"""SFT with LLaMA-Factory: a recipe stage becomes the YAML `llamafactory-cli train` reads, run in its own environment.
+"""SFT with LLaMA-Factory: a recipe stage becomes the YAML `llamafactory-cli train` reads, run in its own environment
+(`run`; `describe` is that command), its output copied to the stage's `final/`.
 
 The dataset is the `llamafactory/` folder data_gen writes (dataset_info.json names the train and eval splits).
 On several GPUs LLaMA-Factory starts torchrun itself and memrl adds a DeepSpeed ZeRO-2 config; several nodes take
@@ -17,11 +18,12 @@ from typing import Any
 
 import yaml
 
-from memrl.core.checkpoints import CheckpointInfo, is_adapter
+from memrl.core.checkpoints import CheckpointInfo, is_adapter, portable_ref, resolve_model
 from memrl.core.errors import ConfigError, MemrlError
 from memrl.core.files import read_json
 from memrl.core.outcomes import require_data
 from memrl.core.yamlsafe import load_yaml
+from memrl.train.backends import StageRun
 from memrl.train.config import LoraConfig, SFTStage
 from memrl.train.launch import run_logged
 
@@ -29,6 +31,7 @@ TRAIN_DATASET = "memrl_reflection_train"
 EVAL_DATASET = "memrl_reflection_eval"
 DATASET_SUBDIR = "llamafactory"
 OUTPUT_SUBDIR = "llamafactory"  # in the stage folder: LLaMA-Factory's output_dir
+YAML_FILE = "llamafactory.yaml"  # in the stage folder
 DEEPSPEED_FILE = "ds_z2_config.json"
 DEFAULT_TEMPLATE = "chatml"
 _EXPONENT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -253,3 +256,37 @@ def save_final(out: Path, *, base: str, stage: str) -> Path:
     steps = json.loads(state.read_text()).get("global_step", 0) if state.is_file() else 0
     CheckpointInfo(base, "llamafactory-sft", stage, int(steps), is_adapter(final)).save(final)
     return final
+
+
+def _stage_yaml(stage: SFTStage, where: StageRun, base: str, data: Path, *, dry_run: bool) -> dict[str, Any]:
+    import torch
+
+    return sft_yaml(
+        stage,
+        model_path=base if dry_run else resolve_model(base),
+        dataset_dir=dataset_folder(data),
+        out_dir=where.out_dir / OUTPUT_SUBDIR,
+        cpu=not torch.cuda.is_available(),
+        report_to=where.report_to,
+        run_name=where.experiment,
+        seed=where.seed,
+    )
+
+
+def run(stage: SFTStage, where: StageRun, base: str, data: Path) -> None:
+    """Write the stage's YAML, run it in LLaMA-Factory's own environment (created on first use), save `final/`."""
+    import torch
+
+    from memrl.train.llamafactory_env import default_env_dir, ensure_env
+
+    yaml_path = write_yaml(_stage_yaml(stage, where, base, data, dry_run=False), where.out_dir / YAML_FILE)
+    with where.console.status("preparing LLaMA-Factory's own environment"):
+        cli = ensure_env(default_env_dir())
+    env = launch_env(stage, not torch.cuda.is_available())
+    run_llamafactory(yaml_path, cli, where.out_dir / "llamafactory.log", env=env)
+    save_final(where.out_dir, base=portable_ref(base), stage=where.stage)
+
+
+def describe(stage: SFTStage, where: StageRun, base: str, data: Path) -> list[str]:
+    _stage_yaml(stage, where, base, data, dry_run=True)  # refuses knobs LLaMA-Factory lacks, here too
+    return [f"llamafactory-cli train {where.out_dir / YAML_FILE}"]

@@ -1,0 +1,49 @@
+"""TRL: a training stage in this process (CPU, one GPU, or one rank of the `accelerate launch` the app starts).
+
+Per stage kind a `TrlTrainer`: `train` returns the stage's `final/`, `what` says what it trains, in words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memrl.train.backends import CURVES_FILE, StageRun, sessions
+
+if TYPE_CHECKING:
+    from memrl.train.config import GRPOStage, SFTStage
+    from memrl.train.online.config import CollabGRPOStage
+
+
+@dataclass(frozen=True)
+class TrlTrainer:
+    train: Callable[[Any, StageRun, str, Path], Path]  # (stage, where, base model, data folder) -> final/
+    what: Callable[[Any, str, Path], str]  # (stage, base model, data folder) -> the description
+    parts_chart: str = ""  # the reward-parts chart it draws in the stage folder, told with the checkpoint
+
+
+def _sft(stage: SFTStage, where: StageRun, base: str, data: Path) -> Path:
+    from memrl.train.trl_sft import train_sft
+
+    return train_sft(stage, base, data, where.train_context())
+
+
+def _grpo(stage: GRPOStage, where: StageRun, base: str, data: Path) -> Path:
+    from memrl.train.trl_grpo import train_grpo
+
+    return train_grpo(stage, base, data, where.train_context(), where.console)
+
+
+def _collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -> Path:
+    from memrl.train.online.trl_collab import train_collab_grpo
+
+    return train_collab_grpo(stage, base, where.train_context())  # plays its own sessions: no data folder
+
+
+SFT = TrlTrainer(_sft, lambda stage, base, data: f"TRL SFTTrainer on {base}, data {data / 'sft'}")
+GRPO = TrlTrainer(_grpo, lambda stage, base, data: f"TRL GRPOTrainer from {stage.init or base}, data {data / 'rl'}")
+COLLAB_GRPO = TrlTrainer(
+    _collab, lambda stage, base, data: f"TRL GRPOTrainer from {stage.init or base}: {sessions(stage)}", CURVES_FILE
+)
