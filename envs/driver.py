@@ -7,10 +7,12 @@ environment:
 
 - the records file: each finished record is appended (fsync'ed) once, as it comes, so a crash loses nothing
   finished; a rerun skips finished items, and a chain resumes from the state its last finished item left;
-- the workers: how many (`workers`, else min(chains, CPUs, 8), never more than the chains left) and each one's
-  share of `max_in_flight` requests per model endpoint; in-process models are served once for them all;
-- Ray: started (or joined at `ray_address`) only when work is left, workers spawned (`ActorPool`), a call whose
-  worker died run once more on the restarted worker (`InFlight`);
+- the workers: a local run whose models all load in-process runs one worker in this process, its sessions'
+  requests batched in the model (`World.in_process`); otherwise how many (`workers`, else min(chains, CPUs, 8),
+  never more than the chains left) and each one's share of `max_in_flight` requests per model endpoint, with
+  in-process models served once for them all;
+- Ray (not for a run in this process): started (or joined at `ray_address`) only when work is left, workers
+  spawned (`ActorPool`), a call whose worker died run once more on the restarted worker (`InFlight`);
 - faults: an item whose model endpoint failed after the client's retries goes to `failed.jsonl` and stops its
   chain for this run (later items need its state); a rerun runs it again; a run where items failed and none
   finished returns a `DrivenRun` whose `check()` raises one line with the counts and the first failure
@@ -38,9 +40,10 @@ from memrl.core.jsonl import ResumableJsonl
 from memrl.core.outcomes import Outcome, require_success, shortfall
 from memrl.core.progress import progress
 from memrl.envs.endpoints import endpoint_server
-from memrl.envs.pool import ActorPool, InFlight
+from memrl.envs.pool import ActorPool, InFlight, LocalPool
 from memrl.envs.ray_start import start_ray
 from memrl.envs.run_records import EnvRun, FailedWork
+from memrl.rollout.config import HFModelConfig
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -80,7 +83,17 @@ class World(Generic[Roles]):
     worker: type  # the actor class: built once per worker with `spec(roles)`; `run(*args)` does one item
     roles: Roles  # a dataclass whose fields are the model configs the run needs (None: not needed)
     spec: Callable[[Roles], Any]  # the worker's spec, from the roles as served
-    serve_one: bool = True  # False: a lone worker on a local Ray loads in-process models itself (no server start-up)
+
+    def in_process(self, cfg: Spread) -> bool:
+        """Whether the run's one worker runs in this process, with no server and no Ray: a local run (no
+        `ray_address`, no `workers`) whose models are all transformers models loaded here. Their requests batch in
+        the model itself (`HFBackend.achat`), as they would on a server; a server and Ray would add only their
+        start-up, and a second worker would load a second copy on the same cores. `workers: N` runs N Ray actors
+        sharing one served model instead."""
+        if cfg.workers is not None or cfg.ray_address is not None:
+            return False
+        models = [getattr(self.roles, f.name) for f in dataclasses.fields(self.roles)]
+        return all(model is None or isinstance(model, HFModelConfig) for model in models)
 
 
 class Spread(Protocol):
@@ -164,7 +177,9 @@ def drive(
     sink = ResumableJsonl(out / records, key="key")
     todo = resume(chains, schedule, sink.latest())
     planned = sum(len(chain.items) for chain in chains)
-    n_workers = min(cfg.workers or min(len(chains), os.cpu_count() or 1, MAX_DEFAULT_WORKERS), max(len(todo), 1))
+    here = world.in_process(cfg)
+    default_workers = 1 if here else min(len(chains), os.cpu_count() or 1, MAX_DEFAULT_WORKERS)
+    n_workers = min(cfg.workers or default_workers, max(len(todo), 1))
     failures = FailedWork(out, console)
     retried = 0
     finished = 0
@@ -173,12 +188,15 @@ def drive(
     with contextlib.ExitStack() as stack, progress(console) as bar:
         task = bar.add_task(label, total=planned, completed=planned - left)
         if todo:
-            roles = world.roles
-            if world.serve_one or n_workers > 1 or cfg.ray_address is not None:
-                roles = serve_roles(roles, stack, out / "logs", max(1, math.ceil(cfg.max_in_flight / n_workers)))
-            start_ray(cfg.ray_address, stack)
+            if here:
+                pool: ActorPool | LocalPool = LocalPool(world.worker, n_workers, world.spec(world.roles))
+            else:
+                per_worker = max(1, math.ceil(cfg.max_in_flight / n_workers))
+                roles = serve_roles(world.roles, stack, out / "logs", per_worker)
+                start_ray(cfg.ray_address, stack)
+                pool = ActorPool(world.worker, n_workers, world.spec(roles))
             in_flight: InFlight[tuple[_Left[Item, State], Item]] = InFlight(
-                ActorPool(world.worker, n_workers, world.spec(roles)),
+                pool,
                 lambda tag: schedule.name(tag[1]),
                 warn=lambda line: console.print(line, style="yellow", markup=False),
             )

@@ -128,6 +128,10 @@ class ActorPool:
             except Exception:
                 return  # dead for good (restarts used up): the call made next fails and says why
 
+    async def run(self, actor: int, *args: Any, died: Callable[[str], None] | None = None) -> Any:
+        """Actor `actor`'s `run(*args)`, under the pool's fault rule (`call`)."""
+        return await self.call(actor, lambda handle: handle.run.remote(*args), died=died)
+
     def close(self, before: str | None = None) -> None:
         """End the actors, each after its method `before` (the actor's own clients) where given."""
         import ray
@@ -141,6 +145,25 @@ class ActorPool:
             ray.kill(handle, no_restart=True)
 
 
+class LocalPool:
+    """`n` workers of `cls(*args)` in this process, for a run that needs no other (its models load in-process, and
+    their sessions batch there): calls run on the caller's event loop, and nothing dies apart from the caller."""
+
+    def __init__(self, cls: type, n: int, *args: Any) -> None:
+        self.workers = [cls(*args) for _ in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    async def run(self, actor: int, *args: Any, died: Callable[[str], None] | None = None) -> Any:
+        return await self.workers[actor].run(*args)
+
+    def close(self, before: str | None = None) -> None:
+        if before is not None:
+            for worker in self.workers:
+                getattr(worker, before)()
+
+
 class InFlight(Generic[T]):
     """Calls on a pool's actors in flight, each tagged with the work it does, for a caller without an event loop.
 
@@ -150,7 +173,9 @@ class InFlight(Generic[T]):
     the work (`name(tag)`). Whatever finished before is already on disk, so a rerun resumes from there.
     """
 
-    def __init__(self, pool: ActorPool, name: Callable[[T], str], warn: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, pool: ActorPool | LocalPool, name: Callable[[T], str], warn: Callable[[str], None] | None = None
+    ) -> None:
         self.pool = pool
         self.name = name
         self.warn = warn
@@ -162,7 +187,7 @@ class InFlight(Generic[T]):
         return len(self._calls)
 
     def submit(self, tag: T, actor: int, *args: Any) -> None:
-        call = self.pool.call(actor, lambda handle: handle.run.remote(*args), died=partial(self._died, tag))
+        call = self.pool.run(actor, *args, died=partial(self._died, tag))
         self._calls[self._loop.create_task(call)] = tag
 
     def _died(self, tag: T, why: str) -> None:

@@ -68,7 +68,11 @@ class CollabEvalConfig(StrictModel):
     judge: ModelConfig | None = Field(default=None, description="grades free-form answers; default: user model")
     sampling: CollabSampling = CollabSampling()
     seed: int = Field(default=0, description="seed of users, problems and sampling")
-    workers: PositiveInt | None = Field(default=None, description="Ray actors; default: min(users, CPUs, 8)")
+    workers: PositiveInt | None = Field(
+        default=None,
+        description="Ray actors; default: min(users, CPUs, 8), or none on a local run whose models are all `hf` (one "
+        "worker in this process batches their requests)",
+    )
     max_in_flight: PositiveInt = Field(default=32, description="requests in flight per model endpoint, all workers")
     ray_address: str | None = Field(default=None, description="Ray cluster address; default: a local Ray")
 

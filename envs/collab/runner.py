@@ -178,9 +178,7 @@ def collab_run(cfg: CollabEvalConfig, out: Path, console: Console) -> DrivenRun:
         args=lambda s, memory: (s.profile.to_record(), s.problem.to_record(), s.index, memory.to_record()),
         advance=lambda _, record: AgentMemory.from_record(record["memory"]),
     )
-    # A lone user's sessions send one request at a time: its worker loads an in-process model itself, where a server
-    # would only add its start-up; several users' turns batch together in a served model.
-    world = World(SessionRunner, needed_roles(cfg), lambda roles: WorkerSpec(cfg, roles), serve_one=len(users) > 1)
+    world = World(SessionRunner, needed_roles(cfg), lambda roles: WorkerSpec(cfg, roles))
     return drive(
         cfg, out, console, records=SESSIONS_FILE, label="sessions", chains=chains, schedule=schedule, world=world
     )

@@ -61,7 +61,11 @@ class PahfEvalConfig(StrictModel):
     embedder: str = Field(default="all-minilm-l6-v2", description="sentence embedder of the note store")
     sampling: PahfSampling = PahfSampling()
     seed: int = Field(default=0, description="seed of sampling and of every random choice")
-    workers: PositiveInt | None = Field(default=None, description="Ray actors; default: min(users, CPUs, 8)")
+    workers: PositiveInt | None = Field(
+        default=None,
+        description="Ray actors; default: min(users, CPUs, 8), or none on a local run whose models are all `hf` (one "
+        "worker in this process batches their requests)",
+    )
     max_in_flight: PositiveInt = Field(default=32, description="requests in flight per model endpoint")
     ray_address: str | None = Field(default=None, description="Ray cluster address; default: a local Ray")
 

@@ -160,8 +160,7 @@ def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console, left_out: LeftOut
         advance=lambda _, record: record["notes"],
     )  # each user on one actor, which holds the user's store open
     memory_dir = (out / MEMORY_DIR).resolve()
-    # serve_one=False: one local actor loads an in-process model itself, a server would only add its start-up
-    world = World(UserRunner, needed_roles(cfg), lambda roles: WorkerSpec(cfg, roles, memory_dir), serve_one=False)
+    world = World(UserRunner, needed_roles(cfg), lambda roles: WorkerSpec(cfg, roles, memory_dir))
     chains = [Chain(user, jobs, list[str]()) for user, jobs in plan.items()]
     run = drive(cfg, out, console, records=TASKS_FILE, label="tasks", chains=chains, schedule=schedule, world=world)
     done = {r["key"]: r for r in run.records}

@@ -75,7 +75,11 @@ class TodEvalConfig(StrictModel):
     sessions: PositiveInt | None = Field(default=None, description="the first N confirming sessions; None: all")
     sampling: TodSampling = TodSampling()
     seed: int = Field(default=0, description="seed of sampling and of every random choice")
-    workers: PositiveInt | None = Field(default=None, description="Ray actors; default: min(sessions, CPUs, 8)")
+    workers: PositiveInt | None = Field(
+        default=None,
+        description="Ray actors; default: min(sessions, CPUs, 8), or none on a local run whose models are all `hf` "
+        "(one worker in this process batches their requests)",
+    )
     max_in_flight: PositiveInt = Field(default=32, description="sessions in flight, all workers together")
     ray_address: str | None = Field(default=None, description="Ray cluster address; default: a local Ray")
 

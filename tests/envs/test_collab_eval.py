@@ -93,16 +93,19 @@ def test_unreachable_endpoint_fails_in_one_line(tmp_path: Path, memrl_cli: Memrl
 
 @pytest.mark.slow
 def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    """The first run puts its users on two Ray actors sharing a served model (`--workers 2`); the rerun takes the
+    default for an in-process model on a local run, one worker in the driver's process batching both users."""
     out = tmp_path / "run"
     base = ["eval", "collab", "--model", tiny_qwen2, "--users", "2", "--max-turns", "2", "--max-tokens", "16"]
     base += ["--reflection-max-tokens", "16"]
-    first = memrl_cli(*base, "--sessions", "1", "--out", str(out), env=_env())
+    first = memrl_cli(*base, "--sessions", "1", "--workers", "2", "--out", str(out), env=_env())
     assert first.returncode == 0, first.stderr[-2000:]
     summary = json.loads(first.stdout)
     assert summary["sessions"] == 2
     assert summary["users"] == 2
     records = _records(out)
     assert sorted(r["session"] for r in records) == [0, 0] and len({r["user_id"] for r in records}) == 2
+    assert all(r["node"] for r in records) and (out / "logs" / "serve-0.log").exists()  # on Ray, served
     metrics = json.loads((out / "metrics.json").read_text())
     assert {"task_success", "user_effort", "length", "per_session"} <= metrics.keys()
     assert (out / "sessions.png").stat().st_size > 1000
@@ -117,6 +120,7 @@ def test_eval_runs_on_ray_resumes_and_never_duplicates(tiny_qwen2: str, tmp_path
     assert after[:2] == records  # finished work untouched
     assert len(after) == 4 and len({r["key"] for r in after}) == 4
     assert {r["session"] for r in after[2:]} == {1}
+    assert all(r["node"] is None for r in after[2:])  # in the driver's process: no Ray node
     for r in after[2:]:  # each user's memory flows from one session into the next
         previous = next(p for p in records if p["user_id"] == r["user_id"])
         assert r["notes_before"] == previous["notes_after"]

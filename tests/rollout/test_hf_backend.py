@@ -77,3 +77,33 @@ def test_smollm2_answers_a_factual_question(smollm2: str) -> None:
         SamplingParams(temperature=0, max_tokens=16),
     )
     assert "paris" in answer.text.lower()
+
+
+def test_concurrent_achat_calls_decode_in_one_batch(tiny: HFBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions sharing a process ask at once; their turns must share a decoding pass (at most `batch_size`), and
+    each caller gets its own conversation's reply."""
+    greedy = SamplingParams(temperature=0, max_tokens=8)
+    batches: list[int] = []
+    generate = tiny.generate
+
+    def counting(conversations: list[Conversation], params: SamplingParams | None = None) -> list:
+        batches.append(len(conversations))
+        return generate(conversations, params)
+
+    monkeypatch.setattr(tiny, "generate", counting)
+
+    async def ask() -> list[str]:
+        done = await asyncio.gather(*(tiny.achat(p, greedy) for p in [*PROMPTS, PROMPTS[0]]))
+        return [c.text for c in done]
+
+    texts = asyncio.run(ask())
+    assert batches == [3, 1]  # four callers, batch_size 3: one full batch, then the one left
+    assert texts == [c.text for c in generate([*PROMPTS, PROMPTS[0]], greedy)]
+    other = SamplingParams(temperature=0, max_tokens=4)
+
+    async def two_settings() -> None:
+        await asyncio.gather(tiny.achat(PROMPTS[0], greedy), tiny.achat(PROMPTS[1], other))
+
+    batches.clear()
+    asyncio.run(two_settings())
+    assert sorted(batches) == [1, 1]  # a batch decodes with one setting
