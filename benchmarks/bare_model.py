@@ -8,6 +8,8 @@ against (`quickstart_stages.py`).
   the same rows, tokenized by the chat template and cut at `max_length`;
 - GRPO: per step, the policy (the SFT adapter, unmerged, as TRL generates with it) samples `rollouts` completions
   of the step's longest length, then one forward + backward over prompt and completions.
+SFT and GRPO run at the precision TRL gets from memrl (`trl_common.device_args`: bf16 autocast where the CPU has
+bf16 instructions), generation at the in-process backend's (fp32 on CPU).
 """
 
 from __future__ import annotations
@@ -118,8 +120,16 @@ def _lora(model: Any, adapter_dir: Path) -> Any:
     return get_peft_model(model, config)
 
 
+def _autocast() -> Any:
+    """The precision memrl gives TRL on this machine."""
+    from memrl.train.trl_common import device_args
+
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(device_args()["bf16"]))
+
+
 def _train_step(model: Any, optimizer: Any, ids: torch.Tensor, mask: torch.Tensor) -> None:
-    out = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100))
+    with _autocast():
+        out = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100))
     out.loss.backward()
     optimizer.step()
     optimizer.zero_grad()
@@ -160,7 +170,7 @@ def grpo_steps(
         prompt = tokenizer.apply_chat_template(prompts[step % len(prompts)], tokenize=False, add_generation_prompt=True)
         enc = tokenizer([prompt] * rollouts, return_tensors="pt", add_special_tokens=False)
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), _autocast():  # accelerate wraps the model's forward in the same autocast
             out = model.generate(
                 **enc,
                 max_new_tokens=lengths[step],
