@@ -1,7 +1,9 @@
 """Collab sessions per minute against the local `transformers serve`, quiet and with the CPU oversubscribed.
 
-The quickstart's data stage in small: `run_collab` with the rule user, the agent on SmolLM2 served once by memrl
-(`transformers serve --continuous-batching`, streamed requests with the progress deadline), every user at once.
+The served path of a collab run in small: `run_collab` with the rule user, the agent on SmolLM2 served once by memrl
+(`transformers serve --continuous-batching`, streamed requests with the progress deadline) to two Ray workers
+(`workers: 2`; without it, a local run loads the model in its own process, the quickstart's path since issue 30),
+every user at once.
 It runs once on a quiet machine and once beside k x cores busy-loop processes for each k in `--loads`. For each
 run: sessions finished, sessions failed, wall time, sessions per minute, and the ratio to the quiet run beside the
 share of the CPU a fair scheduler leaves to the run, 1 / (1 + k). The target: every session finishes at every load,
@@ -59,6 +61,7 @@ def _config(users: int, sessions: int, in_flight: int) -> CollabEvalConfig:
             "sessions": sessions,
             "max_turns": 2,
             "max_in_flight": in_flight,
+            "workers": 2,  # the served path: without workers, an hf model loads in the run's own process
             "split": "train",
             "model": {"backend": "hf", "model": "smollm2"},
             "sampling": {"agent": {"temperature": 0.7, "max_tokens": 48, "seed": 0}},

@@ -137,6 +137,13 @@ def test_chat_cli_through_endpoint(smollm2_server: LocalServer, memrl_cli: Memrl
     assert '"requests": 1' in out.stdout and "paris" in out.stdout.lower()
 
 
+def _as_from_a_terminal() -> None:
+    """Ctrl-C reaches the child as it would from a shell. A child inherits its parent's blocked signals, and after
+    some of the suite's in-process work the test process has SIGINT blocked: `memrl serve` then never saw it."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_serve_cli_starts_answers_and_stops_on_ctrl_c(tiny_qwen2: str) -> None:
     port = free_port()
@@ -145,6 +152,7 @@ def test_serve_cli_starts_answers_and_stops_on_ctrl_c(tiny_qwen2: str) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_from_a_terminal,
     )
     try:
         assert proc.stdout is not None
