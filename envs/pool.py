@@ -152,16 +152,8 @@ class LocalPool:
     def __init__(self, cls: type, n: int, *args: Any) -> None:
         self.workers = [cls(*args) for _ in range(n)]
 
-    def __len__(self) -> int:
-        return len(self.workers)
-
     async def run(self, actor: int, *args: Any, died: Callable[[str], None] | None = None) -> Any:
         return await self.workers[actor].run(*args)
-
-    def close(self, before: str | None = None) -> None:
-        if before is not None:
-            for worker in self.workers:
-                getattr(worker, before)()
 
 
 class InFlight(Generic[T]):
