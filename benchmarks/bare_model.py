@@ -6,10 +6,11 @@ against (`quickstart_stages.py`).
   the batch's longest completion (a batch decodes until its longest row ends anyway);
 - SFT: the stage's first steps again as plain forward + backward + AdamW on the same LoRA, the same batch size and
   the same rows, tokenized by the chat template and cut at `max_length`;
-- GRPO: per step, the policy (the SFT adapter, unmerged, as TRL generates with it) samples `rollouts` completions
-  of the step's longest length, then one forward + backward over prompt and completions.
-SFT and GRPO run at the precision TRL gets from memrl (`trl_common.device_args`: bf16 autocast where the CPU has
-bf16 instructions), generation at the in-process backend's (fp32 on CPU).
+- GRPO: per step, the policy (the SFT adapter merged into its base, in eval mode: one plain model) samples
+  `rollouts` completions of the step's longest length, then one forward + backward over prompt and completions on
+  the unmerged adapter.
+Training runs at the precision TRL gets from memrl (`trl_common.device_args`: bf16 autocast where the CPU has bf16
+instructions), generation in fp32 (bf16 decoding is slower on CPU).
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ def grpo_steps(
     base: str, run_dir: Path, *, steps: int, rollouts: int, max_response: int, temperature: float, lr: float
 ) -> dict[str, float]:
     """Seconds for `steps` plain GRPO-shaped steps: sample `rollouts` completions of the stage's own longest length
-    at that step from the SFT policy (its adapter unmerged), then train on them once."""
+    at that step from the SFT policy (its adapter merged for the sampling), then train on them once."""
     from peft import PeftModel
 
     history = json.loads((run_dir / "grpo" / "log_history.json").read_text())
@@ -170,7 +171,8 @@ def grpo_steps(
         prompt = tokenizer.apply_chat_template(prompts[step % len(prompts)], tokenize=False, add_generation_prompt=True)
         enc = tokenizer([prompt] * rollouts, return_tensors="pt", add_special_tokens=False)
         model.eval()
-        with torch.no_grad(), _autocast():  # accelerate wraps the model's forward in the same autocast
+        model.merge_adapter()  # the policy as one plain model, as vLLM would sample it
+        with torch.inference_mode():
             out = model.generate(
                 **enc,
                 max_new_tokens=lengths[step],
@@ -179,8 +181,9 @@ def grpo_steps(
                 temperature=temperature,
                 pad_token_id=tokenizer.pad_token_id,
             )
+        model.unmerge_adapter()
         model.train()
-        _train_step(model, optimizer, out, torch.ones_like(out))
+        _train_step(model, optimizer, out.clone(), torch.ones_like(out))
         generated += lengths[step] * rollouts
         trained += int(out.numel())
     return {

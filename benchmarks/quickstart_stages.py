@@ -6,7 +6,8 @@ removed first), then the bare model on the same work, and writes `quickstart_sta
 - per stage: seconds, cores busy (CPU seconds of the process tree per wall second, `cpu_busy.py`), the 1-minute
   load average after it, the useful work (tokens generated for data and eval, tokens trained for SFT, tokens
   generated and trained for GRPO) and `vs_bare`: the bare model's seconds for the same work over the stage's
-  seconds (1.0: the stage runs at the speed of the model; SFT and GRPO time `--bare-steps` steps and scale them);
+  seconds (1.0: the stage runs at the speed of the model; SFT and GRPO time `--bare-steps` steps and scale them),
+  and the bare model's own cores busy on that work (what the shape of the work allows);
 - the total, and the held-out rewards of base, SFT and GRPO from the run's report.json.
 Not part of `make bench`: it trains for many minutes.
 
@@ -62,15 +63,20 @@ def main() -> None:
     base = str(Path(os.environ.get("MEMRL_CACHE", Path.home() / ".cache/memrl")) / "models" / "smollm2-135m-instruct")
     for name in RECORDED:
         calls = recorders[name].calls
-        bare = replay(calls)
-        stages[name] |= {"tokens_generated": sum(c.tokens for c in calls), "bare": bare}
+        with CpuBusy() as busy:
+            bare = replay(calls)
+        stages[name] |= {"tokens_generated": sum(c.tokens for c in calls), "bare": bare | {"cores_busy": busy.cores}}
         stages[name]["vs_bare"] = round(bare["seconds"] / stages[name]["seconds"], 2)
     sft, grpo = recipe["sft"], recipe["grpo"]
-    bare = sft_steps(base, args.run_dir, steps=args.bare_steps, batch_size=sft.batch_size, max_length=sft.max_length,
-                     lr=sft.lr)  # fmt: skip
+    with CpuBusy() as busy:
+        bare = sft_steps(base, args.run_dir, steps=args.bare_steps, batch_size=sft.batch_size,
+                         max_length=sft.max_length, lr=sft.lr)  # fmt: skip
+    bare["cores_busy"] = busy.cores
     stages["sft"] |= {"bare": bare, "vs_bare": _scaled(bare, sft.max_steps, stages["sft"]["seconds"])}
-    bare = grpo_steps(base, args.run_dir, steps=args.bare_steps, rollouts=grpo.rollouts,
-                      max_response=grpo.max_response_length, temperature=grpo.temperature, lr=grpo.lr)  # fmt: skip
+    with CpuBusy() as busy:
+        bare = grpo_steps(base, args.run_dir, steps=args.bare_steps, rollouts=grpo.rollouts,
+                          max_response=grpo.max_response_length, temperature=grpo.temperature, lr=grpo.lr)  # fmt: skip
+    bare["cores_busy"] = busy.cores
     stages["grpo"] |= {"bare": bare, "vs_bare": _scaled(bare, grpo.max_steps, stages["grpo"]["seconds"])}
 
     report = json.loads((args.run_dir / "report.json").read_text())

@@ -102,9 +102,11 @@ def grpo_args(stage: PolicyOptimStage, ctx: TrainContext, reward_weights: list[f
 def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainContext, console: Any) -> Path:
     require_vllm(stage, ctx.stage)  # before any model is loaded
     from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from memrl.train.rewards.trl import grpo_rewards
+    from memrl.train.trl_fused_head import project_labelled_tokens_only
+    from memrl.train.trl_sampling import PolicySamplingGRPOTrainer
 
     endpoints = stage_endpoints(stage)
     require_reachable(endpoints)  # a dead judge fails here, in seconds, not as a run of advantage-0 steps
@@ -119,7 +121,8 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
     args = grpo_args(stage, ctx, weights) | vllm_args(stage)
     config = GRPOConfig(**apply_overrides(GRPOConfig, args, stage.overrides, ctx.stage))
     model, lora, base = policy_model(stage, base_model)
-    trainer = GRPOTrainer(
+    project_labelled_tokens_only()
+    trainer = PolicySamplingGRPOTrainer(
         model=model,
         reward_funcs=[*funcs],  # a fresh list: TRL types its list of sync functions only
         args=config,

@@ -38,6 +38,8 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
+    from memrl.train.trl_fused_head import project_labelled_tokens_only
+
     train = load_sft_split(data_dir, "train")
     evaluation = load_sft_split(data_dir, "eval")
     accumulation = accumulation_steps(stage.batch_size, stage.micro_batch_size, ctx.stage, "batch_size")
@@ -58,6 +60,7 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
     config = SFTConfig(**apply_overrides(SFTConfig, args, stage.overrides, ctx.stage))
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(base_model))
     _check_some_fit(train, tokenizer, stage.max_length, ctx.stage)
+    project_labelled_tokens_only()
     trainer = SFTTrainer(
         model=load_causal_lm(base_model),
         args=config,

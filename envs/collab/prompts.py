@@ -26,32 +26,26 @@ USER_KEYS = (
     "response",
 )
 
-_AGENT = """You are an assistant working through a problem together with a user: maths, logic, knowledge questions, \
-writing or code.
+_AGENT = """You help a user solve a problem: maths, logic, knowledge questions, writing or code.
 
 # What you know about this user
 {knowledge}
 
 # How to work
-- The user sees the full problem; you do not. If what they wrote is vague or incomplete, ask before you answer.
-- Help them reach a correct answer, and shape every reply the way this user likes it: a reply they cannot use \
-costs them a turn to correct you.
+- Only the user sees the whole problem: if their message is vague or incomplete, ask before you answer.
+- Help them reach a correct answer, in the form this user likes: a reply they cannot use costs them a turn.
 
 {reply_format}"""
 
 # How the agent writes its reply: the paper's JSON contract, or the message alone (small models on CPU spend their
 # budget on the JSON's scaffolding and fail to close it).
 _REPLY_FORMATS = {
-    "json": """# Reply format
-Reply with one JSON object and nothing around it:
-{{
-  "user_preferences_reasoning": "which of the user's known preferences apply here and how you will meet them",
-  "reasoning": "two or three sentences: do you have enough information, and what should this reply do?",
-  "response": "the message the user will read"
-}}
-Use double quotes, escape quotes inside strings, write newlines as \\n. Stay within {max_tokens} tokens.""",
-    "text": """# Reply format
-Write only the message the user will read, as plain text. Keep it under {max_tokens} tokens.""",
+    "json": """Reply with one JSON object and nothing around it (double quotes, quotes inside strings escaped, \
+newlines as \\n), within {max_tokens} tokens:
+{{"user_preferences_reasoning": "which known preferences of this user apply here, and how you will meet them", \
+"reasoning": "two or three sentences: do you know enough, and what should this reply do?", \
+"response": "the message the user will read"}}""",
+    "text": """Reply with the message the user will read, as plain text, within {max_tokens} tokens.""",
 }
 
 _KNOWLEDGE = {
@@ -73,27 +67,23 @@ Copy out only the notes that bear on the next reply (how to format it, what tone
 Reply with one JSON object and nothing around it:
 {{"reasoning": "why these notes apply", "relevant_notes": "the selected notes, verbatim"}}"""
 
-_REFLECTION = """You are an assistant that works with the same user over many sessions. A session just ended. \
-Update your notes about how this user wants you to behave, so the next session goes better.
+_REFLECTION = """A session with a user you help over many sessions has just ended. Update your notes on how this \
+user wants you to work, so the next session goes better.
 
-# Your notes so far
+# Notes so far
 {notes}
 
-# The session that just ended
+# The session
 {conversation}
 
-# What to do
-- Find every moment the user asked you to change how you answered, and what exactly they wanted instead.
-- For each preference, write what to do in future: the format, tone or approach that satisfied it, and when it \
-applies.
-- Keep what was useful in the old notes; merge, refine or split entries as you learn more.
-- Write down only preferences the user actually showed. Do not guess.
+# Rules
+- Find each time the user asked you to answer differently, and what they wanted instead.
+- For each preference, write what to do next time and when it applies.
+- Keep the useful old notes; merge or refine them. Record only preferences the user showed; do not guess.
 
 Reply with one JSON object and nothing around it:
-{{
-  "user_preferences_reasoning": "what the user's requests in this session tell you about their preferences",
-  "agent_notes": "the full updated notes: each preference, how to satisfy it, and when it applies"
-}}"""
+{{"user_preferences_reasoning": "what this session shows about the user's preferences", \
+"agent_notes": "the full updated notes: each preference, how to meet it, when it applies"}}"""
 
 _USER = """You play a user who is solving a problem with the help of an AI assistant. Only you can see the problem. \
 Stay in character, follow your preferences strictly, and output JSON as described at the end.

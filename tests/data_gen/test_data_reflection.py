@@ -113,12 +113,12 @@ def test_composed_gold_follows_the_rule_users_labels_and_chains_notes(sessions: 
         assert set(record.expected) <= set(record.preferences)
         if record.session == 0:
             assert record.notes_before == ""
-            assert NO_NOTES in record.prompt[0]["content"]
+            assert NO_NOTES in record.prompt[-1]["content"]
             assert record.expected == record.enforced
         else:  # the chain: session 1 starts from session 0's gold notes, and what it expects accumulates
             previous = by_key[f"{record.user_id}/s0"]
             assert record.notes_before == previous.gold_notes
-            assert record.notes_before in record.prompt[0]["content"]
+            assert record.notes_before in record.prompt[-1]["content"]
             assert record.expected[: len(previous.expected)] == previous.expected
             assert set(record.expected) == set(previous.expected) | set(record.enforced)
 
@@ -212,7 +212,7 @@ def test_every_format_loads_back_in_its_trainer(sessions: Sessions, tiny_qwen2: 
     # TRL: conversational SFT rows and GRPO prompts with the ground truth as a JSON string.
     sft = datasets.load_dataset("json", data_files=str(tmp_path / "sft/train.jsonl"))["train"]
     assert [m["role"] for m in sft[0]["messages"]] == ["user", "assistant"]
-    assert sft[0]["messages"][1]["content"] == train[0].gold
+    assert sft[0]["messages"][-1]["content"] == train[0].gold
     rl = datasets.load_dataset("json", data_files=str(tmp_path / "rl/eval.jsonl"))["train"]
     assert rl[0]["prompt"] == list(eval_[0].prompt)
     assert json.loads(rl[0]["ground_truth"]) == eval_[0].ground_truth()
@@ -238,7 +238,7 @@ def test_every_format_loads_back_in_its_trainer(sessions: Sessions, tiny_qwen2: 
     sample = sft_ds[0]
     trained = sample["input_ids"][sample["loss_mask"].bool()]
     assert eval_[0].gold in tokenizer.decode(trained)  # the loss covers the gold reflection, not the prompt
-    assert "# Your notes so far" not in tokenizer.decode(trained)
+    assert "# Notes so far" not in tokenizer.decode(trained)
 
     # LLaMA-Factory: dataset_info names files that exist and columns and roles that are there.
     lf = tmp_path / "llamafactory"

@@ -227,7 +227,7 @@ def test_a_text_reply_is_read_as_it_is_and_its_prompt_asks_for_no_json() -> None
     text_env = ENV.model_copy(update={"reply": "text"})
     row = json.loads(episode_rows(text_env)[0])
     system = policy_view(json.dumps(row), REPLY_TOKENS).context[0]["content"]
-    assert row["reply"] == "text" and "JSON" not in system and f"under {REPLY_TOKENS} tokens" in system
+    assert row["reply"] == "text" and "JSON" not in system and f"within {REPLY_TOKENS} tokens" in system
     view = policy_view(episode_rows(ENV)[0], REPLY_TOKENS)
     assert '"response"' in view.context[0]["content"]  # the default stays the agent's JSON contract
     assert view.read_reply('{"response": "12"}') == ("12", {"parse_failed": False})

@@ -47,12 +47,16 @@ def outcome_chart(history: Sequence[dict[str, Any]], out: Path, title: str) -> C
 def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext) -> Path:
     from datasets import Dataset
     from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
+
+    from memrl.train.trl_fused_head import project_labelled_tokens_only
+    from memrl.train.trl_sampling import PolicySamplingGRPOTrainer
 
     rows = episode_rows(stage.env)  # a bad task or problem file fails here, before any model loads
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(stage.init or base_model))
     config = GRPOConfig(**apply_overrides(GRPOConfig, collab_args(stage, ctx), stage.overrides, ctx.stage))
     model, lora, base = policy_model(stage, base_model)
+    project_labelled_tokens_only()
     with contextlib.ExitStack() as stack:  # the episodes' actors (env.workers) and clients end with the run
         episodes = episode_source(stage.env, stage.max_turn_tokens)
         stack.callback(episodes.close)
@@ -61,7 +65,7 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
         stack.callback(rollout.close)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
-            trainer = GRPOTrainer(
+            trainer = PolicySamplingGRPOTrainer(
                 model=model,
                 reward_funcs=[*episode_funcs()],
                 args=config,

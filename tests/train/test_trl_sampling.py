@@ -1,0 +1,71 @@
+"""GRPO rollouts on `model.generate` come from the trained policy: no LoRA dropout, the adapter's effect kept, and
+the base weights bit-identical afterwards."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+pytest.importorskip("trl")
+
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from memrl.train.trl_sampling import sampling_policy  # noqa: E402
+
+
+def _adapted(path: str) -> object:
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.5, target_modules="all-linear", init_lora_weights=False)
+    adapted = peft.get_peft_model(model, lora)
+    adapted.train()
+    return adapted
+
+
+def _logits(model: object, ids: object) -> object:
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_sampling_is_the_dropout_free_policy_and_leaves_the_base_exact(tiny_qwen2: str, merge: bool) -> None:
+    model = _adapted(tiny_qwen2)
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7]])
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    model.eval()
+    policy = _logits(model, ids)  # the adapted model, no dropout
+    with model.disable_adapter():
+        base_only = _logits(model, ids)
+    model.train()
+    torch.manual_seed(1)
+    assert not torch.allclose(_logits(model, ids), policy, atol=1e-4)  # train mode: dropout on the LoRA path
+
+    with sampling_policy(model, merge=merge):
+        assert not model.training
+        sampled = _logits(model, ids)
+        assert torch.equal(sampled, _logits(model, ids))  # no dropout left
+    assert torch.allclose(sampled, policy, atol=1e-4)  # the adapter still acts (merged or beside its base)
+    assert not torch.allclose(sampled, base_only, atol=1e-3)
+
+    assert model.training
+    for name, param in model.named_parameters():
+        assert torch.equal(param, before[name]), name  # bit-exact: no merge/unmerge drift
+    assert not any(getattr(m, "merged", False) for m in model.modules())
+
+
+def test_a_failed_sampling_still_restores_the_base(tiny_qwen2: str) -> None:
+    model = _adapted(tiny_qwen2)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    with pytest.raises(RuntimeError, match="sampling failed"), sampling_policy(model, merge=True):
+        raise RuntimeError("sampling failed")
+    assert model.training
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
+
+
+def test_a_full_model_is_only_put_in_eval_mode(tiny_qwen2: str) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen2, dtype=torch.float32)
+    model.train()
+    with sampling_policy(model, merge=True):
+        assert not model.training
+    assert model.training
