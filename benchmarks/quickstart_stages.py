@@ -7,7 +7,7 @@ removed first), then the bare model on the same work, and writes `quickstart_sta
   load average after it, the useful work (tokens generated for data and eval, tokens trained for SFT, tokens
   generated and trained for GRPO) and `vs_bare`: the bare model's seconds for the same work over the stage's
   seconds (1.0: the stage runs at the speed of the model; SFT and GRPO time `--bare-steps` steps and scale them),
-  and the bare model's own cores busy on that work (what the shape of the work allows);
+  and the bare model's own cores busy on that work;
 - the total, and the held-out rewards of base, SFT and GRPO from the run's report.json.
 Not part of `make bench`: it trains for many minutes.
 
