@@ -237,4 +237,8 @@ def drive(
     first = f"{failures.now[0][0]}: {failures.now[0][1]['error']}" if failures.now else None
     ran = Outcome(label, left, finished, len(failures.now), first)
     outstanding = FailedWork.outstanding(out, sink.done)
-    return DrivenRun(list(sink.latest().values()), outstanding, planned, retried, ran)
+    # The file holds records as they finished, which depends on timing; the run hands them on in the plan's order,
+    # so a dataset built from a seeded run is the same run after run.
+    plan = {schedule.key(item): i for i, item in enumerate(item for chain in chains for item in chain.items)}
+    finished_records = sorted(sink.latest().values(), key=lambda r: plan.get(r["key"], len(plan)))
+    return DrivenRun(finished_records, outstanding, planned, retried, ran)

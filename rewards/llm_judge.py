@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from memrl.core.asyncs import in_own_thread
 from memrl.core.errors import BackendError
 from memrl.rewards.judge_cache import JudgeCache, prompt_key
 from memrl.rewards.types import GroundTruth, JudgeItem, JudgeVerdict
@@ -167,7 +168,7 @@ class LLMJudge:
         for start in range(0, len(prompts), size):
             chunk = prompts[start : start + size]
             try:
-                completions = await asyncio.to_thread(self.backend.generate, chunk, params)
+                completions = await in_own_thread(self.backend.generate, chunk, params)
                 out.extend(c.text for c in completions)
             except BackendError as exc:
                 log.warning("judge batch failed: %s", exc)

@@ -14,11 +14,11 @@ All texts of a batch are embedded in one call; vectors of texts seen before come
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from memrl.core.asyncs import in_own_thread
 from memrl.rewards.taxonomy_match import IDS, MatchParams, PreferenceMatcher
 from memrl.rewards.text import count_words, split_statements
 from memrl.rewards.types import JudgeItem, JudgeVerdict
@@ -64,7 +64,7 @@ class OfflineJudge:
 
     async def score_many(self, items: Sequence[JudgeItem]) -> list[JudgeVerdict | None]:
         # The encoder is CPU-bound: keep it off the event loop so other reward work (and verl's loop) proceeds.
-        return list(await asyncio.to_thread(self.score_many_sync, items))
+        return list(await in_own_thread(self.score_many_sync, items))
 
     def score_many_sync(self, items: Sequence[JudgeItem]) -> list[JudgeVerdict]:
         notes = [split_statements(item.notes) for item in items]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
+
+from memrl.core.asyncs import in_own_thread
 
 Role = Literal["system", "user", "assistant"]
 
@@ -85,7 +86,7 @@ class ChatBackend(ABC):
         return self.generate([messages], params)[0]
 
     async def achat(self, messages: Conversation, params: SamplingParams | None = None) -> Completion:
-        return await asyncio.to_thread(self.chat, messages, params)
+        return await in_own_thread(self.chat, messages, params)
 
     @abstractmethod
     def generate(self, conversations: Sequence[Conversation], params: SamplingParams | None = None) -> list[Completion]:

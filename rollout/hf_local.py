@@ -10,10 +10,11 @@ from functools import partial
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, PreTrainedModel
 
-from memrl.core.asyncs import MicroBatcher
+from memrl.core.asyncs import MicroBatcher, in_own_thread
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
+from memrl.rollout.seeded_sampling import RowSeededSampling, row_seeds
 
 # How long a request waits for others before its batch decodes. Sessions that share a process resume together
 # when a batch ends and each asks again within milliseconds; one decoding pass of a 135M model takes ~0.1 s on CPU.
@@ -65,36 +66,50 @@ class HFBackend(ChatBackend):
         return await batchers[params].submit(messages)
 
     async def _agenerate(self, params: SamplingParams, batch: list[Conversation]) -> list[Completion]:
-        return await asyncio.to_thread(self.generate, batch, params)
+        return await in_own_thread(self.generate, batch, params)
 
     def generate(self, conversations: Sequence[Conversation], params: SamplingParams | None = None) -> list[Completion]:
         params = params or SamplingParams()
+        prompts = [
+            str(
+                self.tokenizer.apply_chat_template(
+                    [{"role": m["role"], "content": m["content"]} for m in c],
+                    tokenize=False,
+                    add_generation_prompt=True,
+                )
+            )
+            for c in conversations
+        ]
+        # With a seed, each row samples from its own generator: the same request gives the same text whatever else
+        # shares its batch (batches form by timing), as a vLLM request with a seed does.
+        seeds = None if params.seed is None else row_seeds(params.seed, prompts)
         out: list[Completion] = []
         with self._lock:
-            if params.seed is not None:
-                set_seed(params.seed)
-            for start in range(0, len(conversations), self.batch_size):
-                out.extend(self._generate_batch(conversations[start : start + self.batch_size], params))
+            for start in range(0, len(prompts), self.batch_size):
+                end = start + self.batch_size
+                out.extend(self._generate_batch(prompts[start:end], seeds and seeds[start:end], params))
         for completion in out:
             self.usage.record(completion)
         return out
 
-    def _generate_batch(self, batch: Sequence[Conversation], params: SamplingParams) -> list[Completion]:
-        prompts = [
-            self.tokenizer.apply_chat_template(
-                [{"role": m["role"], "content": m["content"]} for m in c], tokenize=False, add_generation_prompt=True
-            )
-            for c in batch
-        ]
+    def _prompt(self, conversation: Conversation) -> str:
+        messages = [{"role": m["role"], "content": m["content"]} for m in conversation]
+        return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+    def _generate_batch(self, prompts: list[str], seeds: list[int] | None, params: SamplingParams) -> list[Completion]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         kwargs: dict[str, Any] = {
             "max_new_tokens": params.max_tokens,
             "pad_token_id": self.tokenizer.pad_token_id,
         }
-        if params.temperature > 0:
+        greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        if params.temperature <= 0:
+            kwargs.update(greedy)
+        elif seeds is None:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
         else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            sampler = RowSeededSampling(seeds, params.temperature, params.top_p, self.device)
+            kwargs.update(greedy, logits_processor=LogitsProcessorList([sampler]))
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         with torch.inference_mode():

@@ -14,13 +14,13 @@ ranks reflectors (the user's true preferences, and preferences it does not hold)
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from memrl.core.asyncs import in_own_thread
 from memrl.core.errors import ConfigError
 from memrl.core.files import read_jsonl
 from memrl.core.preferences import TAXONOMY, get_preference
@@ -165,7 +165,7 @@ class ModelAgent:
     async def replies(self, requests: Sequence[tuple[str, list[Message]]]) -> list[str]:
         budget = self.sampling.max_tokens
         prompts = [agent_messages("notes", notes, turns, budget, self.reply) for notes, turns in requests]
-        done = await asyncio.to_thread(self.backend.generate, prompts, self.sampling)
+        done = await in_own_thread(self.backend.generate, prompts, self.sampling)
         return [read_agent_reply(completion.text, self.reply)[0] for completion in done]
 
 
@@ -191,7 +191,7 @@ class LLMPreferenceJudge:
             [{"role": "user", "content": _JUDGE_PROMPT.format(preference=get_preference(p).description, reply=r)}]
             for p, r in items
         ]
-        done = await asyncio.to_thread(self.backend.generate, prompts, self.sampling)
+        done = await in_own_thread(self.backend.generate, prompts, self.sampling)
         out: list[bool | None] = []
         for completion in done:
             parsed = parse_json_object(completion.text, required=("satisfied",))

@@ -1,13 +1,17 @@
-"""asyncio helpers shared by the layers: run a coroutine from sync code, and gather single requests into batches."""
+"""asyncio helpers shared by the layers: run a coroutine from sync code, run blocking work off the event loop, and
+gather single requests into batches."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Generic, TypeVar
+from functools import partial
+from typing import Any, Generic, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Request = TypeVar("Request")
 Result = TypeVar("Result")
 
@@ -20,6 +24,23 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """`asyncio.to_thread` in a thread that ends with the call, for blocking work that runs torch.
+
+    torch's OpenMP runtime (libgomp) keeps a thread pool for every thread that ran a parallel op, for as long as that
+    thread lives. Once the live pools' threads outnumber the cores, every pool sleeps between ops instead of spinning,
+    and a small model's many small ops pay a wake-up each: on 2 cores, decoding next to one idle pool of a long-lived
+    worker (asyncio's default executor) took 15-16 s instead of 13 s and kept 1.2 cores busy instead of 1.9
+    (benchmarks/README.md, "GRPO's cores busy"). A thread that ends frees its pool.
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrl-work")
+    try:
+        call = partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(pool, call)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends when the call returns, also when the awaiting task was cancelled
 
 
 class MicroBatcher(Generic[Request, Result]):

@@ -132,6 +132,15 @@ def test_a_key_written_twice_counts_once(tmp_path: Path) -> None:
     assert [r["key"] for r in run.records] == ["a/0", "a/1"] and run.pending == 0 and run.fault is None
 
 
+def test_records_come_back_in_the_plans_order_not_the_files(tmp_path: Path) -> None:
+    # Sessions land in the file as they finish, which depends on timing; a dataset built from the run must not.
+    done = [{"key": k, "total": 0} for k in ["b/1", "a/0", "b/0", "a/1", "zz/9"]]  # zz: a record the plan lacks
+    (tmp_path / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in done))
+    run = drive(Spread(), tmp_path, Console(file=io.StringIO()), records=RECORDS, label="items",
+                chains=chains(2, 2), schedule=schedule(), world=world())  # fmt: skip
+    assert [r["key"] for r in run.records] == ["a/0", "a/1", "b/0", "b/1", "zz/9"]
+
+
 # --- on a local Ray -----------------------------------------------------------------------------------------------
 
 
@@ -140,7 +149,10 @@ def test_chains_run_in_order_on_their_worker_passing_state(ray_up: None, tmp_pat
     run = drive(Spread(workers=2), tmp_path, Console(file=io.StringIO()), records=RECORDS, label="items",
                 chains=chains(3, 3), schedule=schedule(), world=world())  # fmt: skip
     on_disk = lines(tmp_path / RECORDS)
-    assert run.records == on_disk and run.planned == 9 and not run.failed and run.pending == 0 and run.retried == 0
+    plan_order = [f"{c}/{i}" for c in "abc" for i in range(3)]
+    assert [r["key"] for r in run.records] == plan_order  # handed on in the plan's order, however they finished
+    assert sorted(run.records, key=lambda r: r["key"]) == sorted(on_disk, key=lambda r: r["key"])
+    assert run.planned == 9 and not run.failed and run.pending == 0 and run.retried == 0
     for c in "abc":
         mine = [r for r in on_disk if r["key"].startswith(f"{c}/")]
         assert [r["index"] for r in mine] == [0, 1, 2]  # in order

@@ -50,6 +50,23 @@ def test_seed_makes_sampling_repeatable(tiny: HFBackend) -> None:
     assert other != first
 
 
+def test_a_seeded_rows_text_does_not_depend_on_its_batch(tiny: HFBackend) -> None:
+    # Batches form by timing in a run; a seeded request must give the same text whichever rows it decodes beside.
+    params = SamplingParams(temperature=1.0, max_tokens=16, seed=5)
+    together = [c.text for c in tiny.generate(PROMPTS, params)]
+    reordered = [c.text for c in tiny.generate([PROMPTS[2], PROMPTS[0], PROMPTS[1]], params)]
+    alone = [tiny.chat(p, params).text for p in PROMPTS]
+    assert together == [reordered[1], reordered[2], reordered[0]] == alone
+    assert together != [c.text for c in tiny.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16))]
+
+
+def test_identical_seeded_requests_in_one_call_are_separate_samples(tiny: HFBackend) -> None:
+    params = SamplingParams(temperature=1.0, max_tokens=16, seed=5)
+    texts = [c.text for c in tiny.generate([PROMPTS[0]] * 3, params)]
+    assert len(set(texts)) == 3
+    assert texts[0] == tiny.chat(PROMPTS[0], params).text  # the first of them is the request made alone
+
+
 def test_stop_strings_cut_the_text(tiny: HFBackend) -> None:
     free = tiny.chat(PROMPTS[1], SamplingParams(temperature=0, max_tokens=24)).text
     assert len(free) > 4
