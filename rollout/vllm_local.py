@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +42,9 @@ class VLLMBackend(ChatBackend):
             max_model_len=max_model_len,
             dtype=dtype,
         )
+        # One call at a time: the offline engine is not re-entrant (vllm-project/vllm#1285), and `achat` runs each
+        # call in a thread of its own.
+        self._lock = threading.Lock()
 
     def generate(self, conversations: Sequence[Conversation], params: SamplingParams | None = None) -> list[Completion]:
         params = params or SamplingParams()
@@ -51,7 +55,8 @@ class VLLMBackend(ChatBackend):
             stop=list(params.stop) or None,
             seed=params.seed,
         )
-        results = self.engine.chat([list(c) for c in conversations], sampling, use_tqdm=False)
+        with self._lock:
+            results = self.engine.chat([list(c) for c in conversations], sampling, use_tqdm=False)
         completions = []
         for result in results:
             output = result.outputs[0]
