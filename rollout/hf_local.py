@@ -70,16 +70,7 @@ class HFBackend(ChatBackend):
 
     def generate(self, conversations: Sequence[Conversation], params: SamplingParams | None = None) -> list[Completion]:
         params = params or SamplingParams()
-        prompts = [
-            str(
-                self.tokenizer.apply_chat_template(
-                    [{"role": m["role"], "content": m["content"]} for m in c],
-                    tokenize=False,
-                    add_generation_prompt=True,
-                )
-            )
-            for c in conversations
-        ]
+        prompts = [self._prompt(c) for c in conversations]
         # With a seed, each row samples from its own generator: the same request gives the same text whatever else
         # shares its batch (batches form by timing), as a vLLM request with a seed does.
         seeds = None if params.seed is None else row_seeds(params.seed, prompts)
@@ -87,7 +78,8 @@ class HFBackend(ChatBackend):
         with self._lock:
             for start in range(0, len(prompts), self.batch_size):
                 end = start + self.batch_size
-                out.extend(self._generate_batch(prompts[start:end], seeds and seeds[start:end], params))
+                rows = None if seeds is None else seeds[start:end]
+                out.extend(self._generate_batch(prompts[start:end], rows, params))
         for completion in out:
             self.usage.record(completion)
         return out

@@ -33,7 +33,7 @@ async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
     thread lives. Once the live pools' threads outnumber the cores, every pool sleeps between ops instead of spinning,
     and a small model's many small ops pay a wake-up each: on 2 cores, decoding next to one idle pool of a long-lived
     worker (asyncio's default executor) took 15-16 s instead of 13 s and kept 1.2 cores busy instead of 1.9
-    (benchmarks/README.md, "GRPO's cores busy"). A thread that ends frees its pool.
+    (benchmarks/README.md, "No second OpenMP thread pool"). A thread that ends frees its pool.
     """
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrl-work")
     try:
