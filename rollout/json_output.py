@@ -98,17 +98,33 @@ def _no_constant(name: str) -> float:
     raise NonFinite(name)
 
 
+class WrittenObject(dict[str, Any]):
+    """A decoded JSON object that remembers its keys as written: json keeps only the last of a repeated key."""
+
+    written: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, Any]]) -> WrittenObject:
+        obj = cls(pairs)
+        obj.written = tuple(key for key, _ in pairs)
+        return obj
+
+
 _DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_no_constant)
+_WRITTEN = json.JSONDecoder(
+    parse_float=_finite, parse_constant=_no_constant, object_pairs_hook=WrittenObject.from_pairs
+)
 
 
-def loads(text: str) -> Any:
-    """`json.loads` that refuses NaN, Infinity and overflowing numbers (NonFinite) instead of returning them."""
-    return _DECODER.decode(text)
+def loads(text: str, *, as_written: bool = False) -> Any:
+    """`json.loads` that refuses NaN, Infinity and overflowing numbers (NonFinite) instead of returning them;
+    `as_written`: objects come back as `WrittenObject`s."""
+    return (_WRITTEN if as_written else _DECODER).decode(text)
 
 
-def raw_decode(text: str, start: int) -> tuple[Any, int]:
+def raw_decode(text: str, start: int, *, as_written: bool = False) -> tuple[Any, int]:
     """`JSONDecoder.raw_decode` with the same refusals as `loads`."""
-    return _DECODER.raw_decode(text, start)
+    return (_WRITTEN if as_written else _DECODER).raw_decode(text, start)
 
 
 def nesting_depth(text: str) -> int:
