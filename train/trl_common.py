@@ -11,6 +11,7 @@ from typing import Any
 
 from memrl.core.checkpoints import CheckpointInfo, last_step_dir
 from memrl.core.errors import ConfigError, closest
+from memrl.core.precision import cpu_has_bf16
 from memrl.core.yamlsafe import load_yaml
 from memrl.train.config import LoraConfig
 from memrl.train.distributed import world_size
@@ -42,8 +43,13 @@ def device_args() -> dict[str, Any]:
     # Zen 4 EPYC), else fp32; no dataloader workers, the machine has few cores to share; no gradient checkpointing
     # (TRL's default): it recomputes every forward during backward to save memory, and on a CPU the compute is what
     # is short (the quickstart's SFT: 125 s -> 94 s). `overrides: [gradient_checkpointing=true]` brings it back.
-    bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return {"use_cpu": True, "bf16": bf16, "fp16": False, "dataloader_num_workers": 0, "gradient_checkpointing": False}
+    return {
+        "use_cpu": True,
+        "bf16": cpu_has_bf16(),
+        "fp16": False,
+        "dataloader_num_workers": 0,
+        "gradient_checkpointing": False,
+    }
 
 
 def accumulation_steps(total: int, micro: int, stage: str, what: str, processes: int | None = None) -> int:
