@@ -133,6 +133,24 @@ def test_training_leaves_dev_individuals_out_and_saves_the_alpha_they_choose(tmp
     assert alpha == chosen["alpha"] and source.endswith(f"memrl_judger.json: {info.alpha_rule}")
 
 
+def test_one_seed_is_one_run(tmp_path: Path, model_cache: Path) -> None:
+    """The cross-encoder's classifier is new, drawn when the model loads: with the same seed two runs train the
+    same weights (the first step's loss and the saved model agree), with another seed they do not."""
+    from memrl.train.judger.trainer import train_judger
+
+    data = write_pairs(tmp_path / "J", train=4, evaluation=1)
+    stage = JudgerStage(kind="judger", model="judger", max_steps=1, batch_size=8, micro_batch_size=8, max_length=64,
+                        alpha_dev_fraction=0, checkpoints={"save_steps": 100})  # fmt: skip
+    runs = {}
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        ctx = TrainContext(tmp_path / name, "judger", seed, "none", name)
+        final = train_judger(stage, "minilm", data, ctx)
+        loss = json.loads((ctx.out_dir / "log_history.json").read_text())[0]["loss"]
+        runs[name] = (loss, (final / "model.safetensors").read_bytes())
+    assert runs["a"] == runs["b"]
+    assert runs["a"][1] != runs["c"][1]
+
+
 # ---- the fusion alpha: the smallest within the dev sweep's noise of the best ----------------------------------------
 
 QUERIES = 80

@@ -117,7 +117,7 @@ def training_split(
 def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: TrainContext) -> Path:
     """Train on `data_dir`'s train split; resume from the stage's last checkpoint; returns `final/`."""
     import torch
-    from transformers import AutoTokenizer, TrainingArguments
+    from transformers import AutoTokenizer, TrainingArguments, set_seed
 
     rows, dev = training_split(stage, data_dir, ctx)
     train = PairsDataset(rows)
@@ -157,6 +157,9 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
     head = build_head(stage.head, tokenizer, stage.max_length)
     # bf16 weights where an optimiser keeps fp32 copies (DeepSpeed) or only fp32 adapters train (LoRA).
     low_precision = torch.cuda.is_available() and bool(args["bf16"]) and (stage.lora or stage.deepspeed)
+    # The head's new weights (a cross-encoder's classifier, LoRA's A) are drawn here, before the Trainer seeds:
+    # seeded now, one seed is one run.
+    set_seed(ctx.seed)
     model = head.load_model(path, dtype=torch.bfloat16 if low_precision else None)
     if stage.lora is not None:
         from peft import get_peft_model
