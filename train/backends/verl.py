@@ -185,11 +185,9 @@ def run_collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -
 def placement_lines(stage: SFTStage | GRPOStage | CollabGRPOStage, base: str) -> list[str]:
     """The stage's `placement:` block (memrl.train.placement): GPUs and memory fraction per model; a plan that
     cannot fit the node is refused here, in one line."""
-    from memrl.train.placement import plan
+    from memrl.train.placement import stage_plan
 
-    rollout = not isinstance(stage, SFTStage)
-    label = "policy (verl actor + rollout)" if rollout else "policy (verl SFT)"
-    return [plan(stage, base, trainer=label, rollout=rollout).text()]
+    return [stage_plan(stage, base).text()]
 
 
 def _shown(command: VerlCommand) -> str:
