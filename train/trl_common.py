@@ -46,6 +46,18 @@ def device_args() -> dict[str, Any]:
     return {"use_cpu": True, "bf16": bf16, "fp16": False, "dataloader_num_workers": 0, "gradient_checkpointing": False}
 
 
+def master_dtype(full_parameter: bool) -> Any:
+    """The dtype to load a model that is about to train in: float32 when every weight trains, else the checkpoint's
+    own (None). transformers 5 loads a bf16 checkpoint (Qwen2.5, Llama 3.1) as bf16, and the optimizer then updates
+    the bf16 weights in place: a step of lr 1e-6 is far below half a bf16 step of a typical weight and rounds away.
+    TRL loads a model it is given by name in float32 for this reason (`create_model_from_path`); memrl hands it a
+    loaded one, so it asks for float32 itself. The trainer's `bf16` still runs the forward and backward under bf16
+    autocast. LoRA keeps the frozen base as stored: PEFT upcasts the adapters it trains to float32."""
+    import torch
+
+    return torch.float32 if full_parameter else None
+
+
 def accumulation_steps(total: int, micro: int, stage: str, what: str, processes: int | None = None) -> int:
     """Gradient accumulation that turns micro batches on each of `processes` devices (default: this launch's world
     size, 1 outside a launcher) into the stage's global batch."""

@@ -15,6 +15,7 @@ from memrl.train.trl_common import (
     accumulation_steps,
     apply_overrides,
     base_args,
+    master_dtype,
     peft_config,
     prompt_tokens,
     resume_point,
@@ -62,7 +63,7 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
     _check_some_fit(train, tokenizer, stage.max_length, ctx.stage)
     project_labelled_tokens_only()
     trainer = SFTTrainer(
-        model=load_causal_lm(base_model),
+        model=load_causal_lm(base_model, dtype=master_dtype(stage.lora is None)),
         args=config,
         train_dataset=train,
         eval_dataset=evaluation,

@@ -36,7 +36,7 @@ from memrl.train.judger.data import (
     split_dev,
 )
 from memrl.train.judger.launch import deepspeed_config
-from memrl.train.trl_common import TrainContext, apply_overrides, base_args, resume_point
+from memrl.train.trl_common import TrainContext, apply_overrides, base_args, master_dtype, resume_point
 
 
 def _trainer_class() -> type:
@@ -154,9 +154,10 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
     path = resolve_model(base_model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     head = build_head(stage.head, tokenizer, stage.max_length)
-    # bf16 weights where an optimiser keeps fp32 copies (DeepSpeed) or only fp32 adapters train (LoRA).
+    # bf16 weights where an optimiser keeps fp32 copies (DeepSpeed) or only fp32 adapters train (LoRA); float32
+    # otherwise, also from a bf16 checkpoint, which transformers 5 would load as bf16 (see master_dtype).
     low_precision = torch.cuda.is_available() and bool(args["bf16"]) and (stage.lora or stage.deepspeed)
-    model = head.load_model(path, dtype=torch.bfloat16 if low_precision else None)
+    model = head.load_model(path, dtype=torch.bfloat16 if low_precision else master_dtype(stage.lora is None))
     if stage.lora is not None:
         from peft import get_peft_model
 
