@@ -36,6 +36,11 @@ class ClusterConfig(StrictModel):
 
 class LoggingTarget(StrictModel):
     save_steps: PositiveInt = Field(default=50, description="checkpoint every N optimizer steps")
+    keep: PositiveInt = Field(
+        default=2,
+        description="checkpoints kept on disk, the newest (every trainer; a 7B's full-parameter checkpoint with its "
+        "Adam state is ~90 GB); `final/` comes on top",
+    )
     logging_steps: PositiveInt = 1
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from memrl.core.checkpoints import CheckpointInfo, last_step_dir
 from memrl.core.errors import ConfigError, closest
 from memrl.core.yamlsafe import load_yaml
-from memrl.train.config import LoraConfig
+from memrl.train.config import LoggingTarget, LoraConfig
 from memrl.train.distributed import world_size
 
 
@@ -69,13 +69,14 @@ def accumulation_steps(total: int, micro: int, stage: str, what: str, processes:
     return steps
 
 
-def base_args(ctx: TrainContext, *, lr: float, save_steps: int, logging_steps: int) -> dict[str, Any]:
+def base_args(ctx: TrainContext, *, lr: float, checkpoints: LoggingTarget) -> dict[str, Any]:
     return {
         "output_dir": str(ctx.out_dir),
         "learning_rate": lr,
-        "save_steps": save_steps,
+        "save_steps": checkpoints.save_steps,
         "save_strategy": "steps",
-        "logging_steps": logging_steps,
+        "save_total_limit": checkpoints.keep,  # the newest N checkpoint-*/ folders; older ones are deleted
+        "logging_steps": checkpoints.logging_steps,
         "report_to": ctx.report_to,
         "run_name": ctx.run_name,
         "seed": ctx.seed,

@@ -78,9 +78,7 @@ def require_vllm(stage: GRPOStage, name: str) -> None:
 def grpo_args(stage: PolicyOptimStage, ctx: TrainContext, reward_weights: list[float]) -> dict[str, Any]:
     """GRPOConfig fields of any GRPO stage (the trainer-specific ones are added by its caller)."""
     completions = stage.batch_size * stage.rollouts
-    args = base_args(
-        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
-    )
+    args = base_args(ctx, lr=stage.lr, checkpoints=stage.checkpoints)
     args.update(
         max_steps=stage.max_steps,
         per_device_train_batch_size=stage.micro_batch_size,

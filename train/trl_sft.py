@@ -44,9 +44,7 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
     train = load_sft_split(data_dir, "train")
     evaluation = load_sft_split(data_dir, "eval")
     accumulation = accumulation_steps(stage.batch_size, stage.micro_batch_size, ctx.stage, "batch_size")
-    args = base_args(
-        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
-    )
+    args = base_args(ctx, lr=stage.lr, checkpoints=stage.checkpoints)
     args.update(
         num_train_epochs=stage.epochs,
         max_steps=stage.max_steps or -1,

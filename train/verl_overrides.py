@@ -15,7 +15,7 @@ from memrl.core.errors import ConfigError
 from memrl.core.secrets import redact, register, url_credentials
 from memrl.rewards.config import JudgeConfig
 from memrl.rollout.config import VLLMModelConfig
-from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, PolicyOptimStage, SFTStage
+from memrl.train.config import ClusterConfig, GRPOStage, LoggingTarget, LoraConfig, PolicyOptimStage, SFTStage
 from memrl.train.endpoints import stage_endpoints
 from memrl.train.placement import rollout_tp, trainer_cluster
 from memrl.train.rewards.verl import ADV_ESTIMATOR, ADV_MODULE, reward_path
@@ -40,6 +40,10 @@ CHECKPOINT_SUBDIR = "checkpoints"
 # sequence's restarting position_ids into a per-sequence causal mask (docs/training.md, "Attention").
 ATTENTION = "sdpa"
 REWARD_WORKERS = 8  # verl 0.9.1's reward.num_workers
+# Where verl 0.9.1 reads how many checkpoints to keep: per role in ppo_trainer (the critic key is harmless without a
+# critic), one key in sft_trainer_engine.
+PPO_KEEP = ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep")
+SFT_KEEP = ("trainer.max_ckpt_to_keep",)
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:~+@-]+$")
 
@@ -370,7 +374,8 @@ def stage_overrides(
         kv("trainer.total_epochs", stage.max_steps),
         *trainer,
         *_trainer_common(
-            stage.checkpoints.save_steps,
+            stage.checkpoints,
+            PPO_KEEP,
             trainer_cluster(stage),
             out_dir,
             run["experiment"],
@@ -469,13 +474,14 @@ def sft_overrides(
     if stage.max_steps is not None:
         out.append(kv("trainer.total_training_steps", stage.max_steps))
     out += _trainer_common(
-        stage.checkpoints.save_steps, trainer_cluster(stage), out_dir, experiment, project, logger, resume
+        stage.checkpoints, SFT_KEEP, trainer_cluster(stage), out_dir, experiment, project, logger, resume
     )
     return out + list(stage.overrides)
 
 
 def _trainer_common(
-    save_steps: int,
+    checkpoints: LoggingTarget,
+    keep_keys: Sequence[str],
     cluster: ClusterConfig,
     out_dir: Path,
     experiment: str,
@@ -484,9 +490,11 @@ def _trainer_common(
     resume: bool,
 ) -> list[str]:
     return [
-        kv("trainer.save_freq", save_steps),
-        kv("trainer.test_freq", save_steps),
+        kv("trainer.save_freq", checkpoints.save_steps),
+        kv("trainer.test_freq", checkpoints.save_steps),
         kv("trainer.default_local_dir", str(out_dir / CHECKPOINT_SUBDIR)),
+        # verl keeps every checkpoint unless told: ~90 GB per save of a 7B with its fp32 Adam state.
+        *(kv(key, checkpoints.keep) for key in keep_keys),
         # auto: continue from the newest global_step_N under default_local_dir when there is one.
         kv("trainer.resume_mode", "auto" if resume else "disable"),
         kv("trainer.project_name", project),

@@ -4,13 +4,15 @@ Each stage's plan as `--dry-run` builds it (verl's config check and the placemen
 trainer imports (verl's V1 runner with transfer_queue, the attention kernel the overrides name, vLLM, DeepSpeed),
 the GPUs it asks for against those torch sees, free GPU memory on the trainer's GPUs against the placement plan,
 one real request to each endpoint with its key, a Ray worker's view of the variables the job forwards (only when a
-Ray address is given), and that the run folder is writable. Every problem is one line; none means ready.
+Ray address is given), that the run folder is writable and has room for the checkpoints the stages keep. Every
+problem is one line; none means ready.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,6 +70,7 @@ def preflight(recipe: Recipe, only: list[str] | None = None, ray_address: str | 
     if address is not None:
         _ray(address, report)
     _writable(recipe.run_dir, report)
+    _disk(needs.planned, recipe.run_dir, report)
     return report
 
 
@@ -243,11 +246,38 @@ def _present(names: list[str]) -> list[str]:
     return [n for n in names if n in os.environ]
 
 
-def _writable(run_dir: Path, report: Report) -> None:
-    """The run folder, or the nearest folder above it that exists (a run creates the rest)."""
-    existing = run_dir.resolve()
+def _existing(path: Path) -> Path:
+    """`path`, or the nearest folder above it that exists (a run creates the rest)."""
+    existing = path.resolve()
     while not existing.exists():
         existing = existing.parent
+    return existing
+
+
+def _disk(planned: dict[str, tuple[Any, str]], run_dir: Path, report: Report) -> None:
+    """The checkpoints and final models the training stages keep (memrl.train.disk) against the run folder's free
+    space: a disk that fills up ends a run hours in, at a save."""
+    from memrl.train.disk import disk_use
+
+    uses = [u for name, (stage, base) in planned.items() if (u := disk_use(stage, name, base)) is not None]
+    if not uses:
+        return
+    where = _existing(run_dir)
+    free = shutil.disk_usage(where).free / 1e9
+    need = sum(u.total for u in uses)
+    parts = "; ".join(u.line() for u in uses)
+    if need > free:
+        report.problems.append(
+            f"disk: the training stages keep up to ~{need:.0f} GB in {where} ({parts}); {free:.0f} GB is free: "
+            "lower stages.<name>.checkpoints.keep, or give output_dir a larger disk"
+        )
+    else:
+        report.checks.append(("disk", f"~{need:.0f} GB of {free:.0f} GB free in {where} ({parts})"))
+
+
+def _writable(run_dir: Path, report: Report) -> None:
+    """The run folder, or the nearest folder above it that exists (a run creates the rest)."""
+    existing = _existing(run_dir)
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass

@@ -158,6 +158,7 @@ def sft_yaml(
         "logging_steps": stage.checkpoints.logging_steps,
         "save_strategy": "steps",
         "save_steps": stage.checkpoints.save_steps,
+        "save_total_limit": stage.checkpoints.keep,
         "plot_loss": True,
         # LLaMA-Factory resumes from the newest checkpoint-N in output_dir unless told to overwrite it.
         "overwrite_output_dir": not resume,

@@ -128,9 +128,7 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
             f"stages.{ctx.stage}: batch_size ({stage.batch_size}) must be a multiple of micro_batch_size "
             f"({stage.micro_batch_size}) x {world} GPU(s)"
         )
-    args = base_args(
-        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
-    )
+    args = base_args(ctx, lr=stage.lr, checkpoints=stage.checkpoints)
     if stage.bf16 is not None:
         args["bf16"] = stage.bf16
     if stage.deepspeed is not None:
@@ -142,7 +140,6 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
         max_steps=_max_steps(stage, len(train)),
         per_device_train_batch_size=stage.micro_batch_size,
         gradient_accumulation_steps=stage.batch_size // per_step,
-        save_total_limit=2,
         remove_unused_columns=False,  # the collator tokenises JudgerInputs; nothing to drop
         label_names=["labels"],
     )
