@@ -8,6 +8,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Required, TypedDict, Unpack
 
@@ -107,6 +108,71 @@ def _attention(prefix: str) -> list[str]:
 def _loggers(logger: Logger) -> list[str]:
     """Always verl's `file` logger too: its metrics JSONL in the stage folder is what memrl draws the curves from."""
     return ["console", "file", "wandb"] if logger == "wandb" else ["console", "file"]
+
+
+# --- micro batches by tokens -------------------------------------------------------------------------------------
+
+VERL_TOKENS_PER_GPU = 16384  # verl 0.9.1's actor default (ppo_max_token_len_per_gpu) for an 80 GiB GPU
+ACTOR_TOKENS = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"  # the log-prob passes follow it (oc.select)
+SFT_TOKENS = "data.max_token_len_per_gpu"
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """verl's dynamic batch size: each GPU's micro batches are packed with whole samples up to `per_gpu` tokens.
+
+    The budget is derived from the lengths: `micro_batch_size` samples of the longest length the stage allows, and at
+    least verl's own default (a fixed micro batch of 2 x 3k tokens leaves an H100 under-fed), unless the stage's
+    overrides set it. `samples` is what one update hands each GPU."""
+
+    longest: int  # tokens of the longest sample: prompt + response budget (SFT: max_length)
+    lengths: str  # how `longest` is made, in words
+    micro: int  # the recipe's micro_batch_size
+    per_gpu: int
+    samples: int  # per GPU per update
+    gpus: int
+    given: bool  # set by the stage's overrides
+
+    def lines(self) -> list[str]:
+        rule = "set by the overrides" if self.given else f"max({self.micro} x {self.longest}, {VERL_TOKENS_PER_GPU})"
+        fit = self.per_gpu // self.longest
+        steps = -(-self.samples // fit)  # ceil
+        fixed = -(-self.samples // self.micro)
+        return [
+            f"micro batches by tokens (use_dynamic_bsz): {self.per_gpu} tokens per GPU = {rule}; the longest sample "
+            f"is {self.longest} = {self.lengths}",
+            f"  an update is {self.samples} samples per GPU ({self.gpus} GPUs): at most {steps} micro-steps of "
+            f"{fit} sample{'s' if fit > 1 else ''} when every sample is that long, fewer when shorter (fixed micro "
+            f"batches of {self.micro}: {fixed})",
+        ]
+
+
+def token_budget(
+    longest: int, lengths: str, micro: int, samples: int, gpus: int, overrides: Sequence[str], key: str
+) -> TokenBudget:
+    """The budget a stage packs its micro batches to; one that cannot hold its longest sample is refused."""
+    given = override_int(list(overrides), key)
+    per_gpu = given if given is not None else max(micro * longest, VERL_TOKENS_PER_GPU)
+    if per_gpu < longest:
+        raise ConfigError(f"{key}={per_gpu} cannot hold the longest sample ({longest} tokens = {lengths})")
+    return TokenBudget(longest, lengths, micro, per_gpu, samples, gpus, given is not None)
+
+
+def policy_budget(stage: PolicyOptimStage) -> TokenBudget:
+    """A GRPO stage's budget: one update is batch_size x rollouts samples over the trainer's GPUs."""
+    gpus = stage.cluster.nnodes * trainer_cluster(stage).gpus_per_node
+    longest = stage.max_prompt_length + stage.response_budget
+    lengths = f"{stage.max_prompt_length} prompt + {stage.response_budget} response"
+    samples = -(-stage.batch_size * stage.rollouts // gpus)
+    return token_budget(longest, lengths, stage.micro_batch_size, samples, gpus, stage.overrides, ACTOR_TOKENS)
+
+
+def sft_budget(stage: SFTStage) -> TokenBudget:
+    """An SFT stage's budget: one update is batch_size sequences of up to max_length over the trainer's GPUs."""
+    gpus = stage.cluster.nnodes * trainer_cluster(stage).gpus_per_node
+    samples = -(-stage.batch_size // gpus)
+    lengths = "max_length"
+    return token_budget(stage.max_length, lengths, stage.micro_batch_size, samples, gpus, stage.overrides, SFT_TOKENS)
 
 
 # --- concurrency over verl's workers ----------------------------------------------------------------------------
@@ -296,6 +362,10 @@ def policy_overrides(
         # One optimizer step per training step: the mini-batch is the whole batch of prompts.
         kv("actor_rollout_ref.actor.ppo_mini_batch_size", stage.batch_size),
         kv("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", mb),
+        # Micro batches packed by tokens (`policy_budget`); the rollout's and the reference's log-prob passes take
+        # the same switch and budget through verl's own interpolation.
+        kv("actor_rollout_ref.actor.use_dynamic_bsz", True),
+        kv(ACTOR_TOKENS, policy_budget(stage).per_gpu),
         kv("actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODE[stage.loss]),
         kv("actor_rollout_ref.actor.entropy_coeff", 0),
         kv("actor_rollout_ref.actor.use_kl_loss", stage.kl_coef > 0),
@@ -448,8 +518,9 @@ def sft_overrides(
         kv("data.messages_key", "messages"),
         kv("data.train_batch_size", stage.batch_size),
         kv("data.micro_batch_size_per_gpu", stage.micro_batch_size),
-        # Fixed micro batches, as the recipe states them; verl's default packs by token budget instead.
-        kv("data.use_dynamic_bsz", False),
+        # Micro batches packed by tokens (`sft_budget`): short conversations share a micro-step.
+        kv("data.use_dynamic_bsz", True),
+        kv(SFT_TOKENS, sft_budget(stage).per_gpu),
         kv("data.max_length", stage.max_length),
         kv("data.truncation", "error"),
         kv("model.path", model_path),
