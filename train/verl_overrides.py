@@ -112,7 +112,6 @@ def _loggers(logger: Logger) -> list[str]:
 
 # --- micro batches by tokens -------------------------------------------------------------------------------------
 
-VERL_TOKENS_PER_GPU = 16384  # verl 0.9.1's actor default (ppo_max_token_len_per_gpu) for an 80 GiB GPU
 ACTOR_TOKENS = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"  # the log-prob passes follow it (oc.select)
 SFT_TOKENS = "data.max_token_len_per_gpu"
 
@@ -121,9 +120,10 @@ SFT_TOKENS = "data.max_token_len_per_gpu"
 class TokenBudget:
     """verl's dynamic batch size: each GPU's micro batches are packed with whole samples up to `per_gpu` tokens.
 
-    The budget is derived from the lengths: `micro_batch_size` samples of the longest length the stage allows, and at
-    least verl's own default (a fixed micro batch of 2 x 3k tokens leaves an H100 under-fed), unless the stage's
-    overrides set it. `samples` is what one update hands each GPU."""
+    The budget is derived from the lengths: `micro_batch_size` samples of the longest length the stage allows, the
+    recipe's worst case, unless the stage's overrides set it. A micro-step then never holds more tokens (memory, and
+    under SDPA the packed row's attention) than a fixed micro batch of full-length samples, but shorter samples share
+    one instead of each taking a padded slot. `samples` is what one update hands each GPU."""
 
     longest: int  # tokens of the longest sample: prompt + response budget (SFT: max_length)
     lengths: str  # how `longest` is made, in words
@@ -134,16 +134,16 @@ class TokenBudget:
     given: bool  # set by the stage's overrides
 
     def lines(self) -> list[str]:
-        rule = "set by the overrides" if self.given else f"max({self.micro} x {self.longest}, {VERL_TOKENS_PER_GPU})"
+        rule = "set by the overrides" if self.given else f"{self.micro} (micro_batch_size) x {self.longest}"
         fit = self.per_gpu // self.longest
-        steps = -(-self.samples // fit)  # ceil
-        fixed = -(-self.samples // self.micro)
+        longest = -(-self.samples // fit)  # ceil: micro-steps when every sample is the longest
+        half = -(-self.samples * self.longest // (2 * self.per_gpu))  # ... when they average half of it
         return [
             f"micro batches by tokens (use_dynamic_bsz): {self.per_gpu} tokens per GPU = {rule}; the longest sample "
             f"is {self.longest} = {self.lengths}",
-            f"  an update is {self.samples} samples per GPU ({self.gpus} GPUs): at most {steps} micro-steps of "
-            f"{fit} sample{'s' if fit > 1 else ''} when every sample is that long, fewer when shorter (fixed micro "
-            f"batches of {self.micro}: {fixed})",
+            f"  an update is {self.samples} samples per GPU ({self.gpus} GPUs): {longest} micro-steps when every "
+            f"sample is that long, about {half} when they average half of it (fixed micro batches of {self.micro}: "
+            f"{-(-self.samples // self.micro)} whatever their length)",
         ]
 
 
@@ -152,7 +152,7 @@ def token_budget(
 ) -> TokenBudget:
     """The budget a stage packs its micro batches to; one that cannot hold its longest sample is refused."""
     given = override_int(list(overrides), key)
-    per_gpu = given if given is not None else max(micro * longest, VERL_TOKENS_PER_GPU)
+    per_gpu = given if given is not None else micro * longest
     if per_gpu < longest:
         raise ConfigError(f"{key}={per_gpu} cannot hold the longest sample ({longest} tokens = {lengths})")
     return TokenBudget(longest, lengths, micro, per_gpu, samples, gpus, given is not None)

@@ -27,17 +27,13 @@ def _dry_run(tmp_path: Path, recipe: str, stage: str, *overrides: str) -> str:
 def test_grpo_packs_micro_batches_by_tokens(tmp_path: Path) -> None:
     text = _dry_run(tmp_path, "reflector-qwen2.5-7b", "grpo")
     assert "actor_rollout_ref.actor.use_dynamic_bsz=true" in text
-    assert "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384" in text
-    assert (
-        "16384 tokens per GPU = max(2 x 3072, 16384); the longest sample is 3072 = 2048 prompt + 1024 response" in text
-    )
-    # 64 prompts x 8 rollouts over the 4 training GPUs: 128 samples each, 5 full-length samples a micro-step
-    assert "an update is 128 samples per GPU (4 GPUs): at most 26 micro-steps of 5 samples" in text
-    assert "(fixed micro batches of 2: 64)" in text
+    assert "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=6144" in text
+    assert "6144 tokens per GPU = 2 (micro_batch_size) x 3072; the longest sample is 3072 = 2048 prompt + 1024" in text
+    # 64 prompts x 8 rollouts over the 4 training GPUs: 128 samples each; 4 of half the longest share a micro-step
+    assert "an update is 128 samples per GPU (4 GPUs): 64 micro-steps when every sample is that long, about 32" in text
+    assert "(fixed micro batches of 2: 64 whatever their length)" in text
     collab = _dry_run(tmp_path, "collaborator-qwen2.5-7b", "collab")
-    assert (
-        "actor_rollout_ref.actor.use_dynamic_bsz=true" in collab and "tokens per GPU = max(2 x 8192, 16384)" in collab
-    )
+    assert "actor_rollout_ref.actor.use_dynamic_bsz=true" in collab and "16384 tokens per GPU = 2 (micro" in collab
 
 
 def test_sft_packs_by_tokens_on_the_whole_node(tmp_path: Path) -> None:
@@ -49,6 +45,6 @@ def test_sft_packs_by_tokens_on_the_whole_node(tmp_path: Path) -> None:
 def test_a_budget_from_the_overrides_is_used_and_must_hold_the_longest_sample(tmp_path: Path) -> None:
     key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
     text = _dry_run(tmp_path, "reflector-qwen2.5-7b", "grpo", f"stages.grpo.overrides=[{key}=24576]")
-    assert "24576 tokens per GPU = set by the overrides" in text and "micro-steps of 8 samples" in text
+    assert "24576 tokens per GPU = set by the overrides" in text and "16 micro-steps when every sample" in text
     with pytest.raises(ConfigError, match=rf"{key}=2048 cannot hold the longest sample \(3072 tokens"):
         _dry_run(tmp_path, "reflector-qwen2.5-7b", "grpo", f"stages.grpo.overrides=[{key}=2048]")
