@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 2
 # Pinned everywhere, package build environments included, or pip pulls a CUDA torch of several GB.
 export PIP_CONSTRAINT := $(CURDIR)/constraints/cpu.txt
 
-.PHONY: setup quickstart test pytest test-fast lint typecheck llamafactory lock-gpu bench learn clean
+.PHONY: setup quickstart test pytest test-fast lint typecheck llamafactory lock-gpu gpu-wheels bench learn clean
 
 setup: $(VENV)/.installed
 
@@ -55,6 +55,22 @@ llamafactory: setup
 # constraints/gpu.txt: what `pip install ".[gpu]"` resolves to on linux x86_64 with CUDA wheels (no install).
 lock-gpu: setup
 	$(PY) tools/lock_gpu.py
+
+# Wheels of what memrl's TRL, judger, export and HF-backend code imports and a lent GPU machine lacks (it has torch,
+# transformers, peft, accelerate, pyarrow, sentence-transformers, typer, rich, aiohttp): CPython 3.12, manylinux
+# x86-64, at constraints/gpu.txt's versions, into .whl/ (ignored). There: `pip install --no-index --no-deps
+# .whl/*.whl && python tools/gpu_check.py`. The device call carries at most 64 MiB: this set stays under 50.
+GPU_WHEELS := trl datasets pydantic pydantic-core annotated-types typing-inspection typing-extensions \
+	dill multiprocess xxhash pandas python-dateutil tzdata json-repair \
+	matplotlib contourpy cycler fonttools kiwisolver pyparsing
+GPU_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+
+gpu-wheels: setup
+	rm -rf .whl && mkdir .whl
+	PIP_CONSTRAINT= $(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	    --implementation cp $(GPU_PLATFORMS) -c constraints/gpu.txt -d .whl $(GPU_WHEELS)
+	$(PY) -c "import pathlib, sys; n = sum(f.stat().st_size for f in pathlib.Path('.whl').glob('*.whl')); \
+	    print(f'.whl: {n / 2**20:.1f} MiB'); sys.exit(n > 50 * 2**20)"
 
 # The performance ratios of benchmarks/ on CPU (a few minutes on 2 cores): benchmarks/results/*.json and bench.md.
 bench: setup

@@ -13,7 +13,7 @@ from memrl.core.checkpoints import CheckpointInfo, last_step_dir
 from memrl.core.errors import ConfigError, closest
 from memrl.core.precision import cpu_has_bf16
 from memrl.core.yamlsafe import load_yaml
-from memrl.train.config import LoraConfig
+from memrl.train.config import LoggingTarget, LoraConfig
 from memrl.train.distributed import world_size
 
 
@@ -52,6 +52,18 @@ def device_args() -> dict[str, Any]:
     }
 
 
+def master_dtype(full_parameter: bool) -> Any:
+    """The dtype to load a model that is about to train in: float32 when every weight trains, else the checkpoint's
+    own (None). transformers 5 loads a bf16 checkpoint (Qwen2.5, Llama 3.1) as bf16, and the optimizer then updates
+    the bf16 weights in place: a step of lr 1e-6 is far below half a bf16 step of a typical weight and rounds away.
+    TRL loads a model it is given by name in float32 for this reason (`create_model_from_path`); memrl hands it a
+    loaded one, so it asks for float32 itself. The trainer's `bf16` still runs the forward and backward under bf16
+    autocast. LoRA keeps the frozen base as stored: PEFT upcasts the adapters it trains to float32."""
+    import torch
+
+    return torch.float32 if full_parameter else None
+
+
 def accumulation_steps(total: int, micro: int, stage: str, what: str, processes: int | None = None) -> int:
     """Gradient accumulation that turns micro batches on each of `processes` devices (default: this launch's world
     size, 1 outside a launcher) into the stage's global batch."""
@@ -63,13 +75,14 @@ def accumulation_steps(total: int, micro: int, stage: str, what: str, processes:
     return steps
 
 
-def base_args(ctx: TrainContext, *, lr: float, save_steps: int, logging_steps: int) -> dict[str, Any]:
+def base_args(ctx: TrainContext, *, lr: float, checkpoints: LoggingTarget) -> dict[str, Any]:
     return {
         "output_dir": str(ctx.out_dir),
         "learning_rate": lr,
-        "save_steps": save_steps,
+        "save_steps": checkpoints.save_steps,
         "save_strategy": "steps",
-        "logging_steps": logging_steps,
+        "save_total_limit": checkpoints.keep,  # the newest N checkpoint-*/ folders; older ones are deleted
+        "logging_steps": checkpoints.logging_steps,
         "report_to": ctx.report_to,
         "run_name": ctx.run_name,
         "seed": ctx.seed,

@@ -37,7 +37,7 @@ from memrl.train.judger.data import (
     split_dev,
 )
 from memrl.train.judger.launch import deepspeed_config
-from memrl.train.trl_common import TrainContext, apply_overrides, base_args, resume_point
+from memrl.train.trl_common import TrainContext, apply_overrides, base_args, master_dtype, resume_point
 
 
 def _trainer_class() -> type:
@@ -129,9 +129,7 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
             f"stages.{ctx.stage}: batch_size ({stage.batch_size}) must be a multiple of micro_batch_size "
             f"({stage.micro_batch_size}) x {world} GPU(s)"
         )
-    args = base_args(
-        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
-    )
+    args = base_args(ctx, lr=stage.lr, checkpoints=stage.checkpoints)
     if stage.bf16 is not None:
         args["bf16"] = stage.bf16
     if stage.deepspeed is not None:
@@ -143,7 +141,6 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
         max_steps=_max_steps(stage, len(train)),
         per_device_train_batch_size=stage.micro_batch_size,
         gradient_accumulation_steps=stage.batch_size // per_step,
-        save_total_limit=2,
         remove_unused_columns=False,  # the collator tokenises JudgerInputs; nothing to drop
         label_names=["labels"],
     )
@@ -155,12 +152,13 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
     path = resolve_model(base_model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     head = build_head(stage.head, tokenizer, stage.max_length)
-    # bf16 weights where an optimiser keeps fp32 copies (DeepSpeed) or only fp32 adapters train (LoRA).
+    # bf16 weights where an optimiser keeps fp32 copies (DeepSpeed) or only fp32 adapters train (LoRA); float32
+    # otherwise, also from a bf16 checkpoint, which transformers 5 would load as bf16 (see master_dtype).
     low_precision = torch.cuda.is_available() and bool(args["bf16"]) and (stage.lora or stage.deepspeed)
     # The head's new weights (a cross-encoder's classifier, LoRA's A) are drawn here, before the Trainer seeds:
     # seeded now, one seed is one run.
     set_seed(ctx.seed)
-    model = head.load_model(path, dtype=torch.bfloat16 if low_precision else None)
+    model = head.load_model(path, dtype=torch.bfloat16 if low_precision else master_dtype(stage.lora is None))
     if stage.lora is not None:
         from peft import get_peft_model
 
