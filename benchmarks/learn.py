@@ -178,7 +178,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", nargs="+", choices=list(LEARNERS), default=list(LEARNERS))
-    parser.add_argument("--judger-data", help="judger pairs folder (`memrl data judger`); the judger is skipped without")
+    parser.add_argument(
+        "--judger-data", help="judger pairs folder (`memrl data judger`); the judger is skipped without"
+    )
     parser.add_argument("--runs", type=Path, default=Path("runs/learn"))
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
@@ -197,7 +199,9 @@ def main() -> None:
             print(f"learn: {what} seed {seed} ...", flush=True)
             seeds.append(run_one(what, seed, args.runs, args.judger_data))
             s = seeds[-1]
-            print(f"learn: {what} seed {seed}: {s['delta']:+.4f} {s['ci95']} n={s['n']} ({s['minutes']} min)", flush=True)
+            print(
+                f"learn: {what} seed {seed}: {s['delta']:+.4f} {s['ci95']} n={s['n']} ({s['minutes']} min)", flush=True
+            )
         results["learners"][what] = summarize(what, seeds)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "learn.json").write_text(json.dumps(results, indent=2))

@@ -68,8 +68,10 @@ def test_the_calibration_passes_with_it_in_the_outcome_scorer() -> None:
         ("Do not suggest next steps; answer only what was asked.", {"no-suggestions"}),
         ("The user dislikes long replies with warm-up.", set()),
         ("Keep replies to at most 3 sentences and end with a one-line TL;DR.", {"three-sentences", "tldr"}),
-        ("- Start with an outline.\n- Give an example or analogy.\n- Say how confident you are.",
-         {"outline-first", "examples", "confidence"}),  # fmt: skip
+        (
+            "- Start with an outline.\n- Give an example or analogy.\n- Say how confident you are.",
+            {"outline-first", "examples", "confidence"},
+        ),
         ("Be polite. Be blunt.", {"polite"}),  # two of one pair: the first named wins
         ("", set()),
     ],

@@ -136,7 +136,9 @@ def test_the_report_holds_the_verdict_curve_and_a_self_contained_page(tmp_path: 
     assert set(report["gains_ci95"]) == {"sft_minus_base", "grpo_minus_sft"}
     assert Path(report["reward_curve"]).stat().st_size > 10_000
 
-    data_rows = {r["key"]: {"enforcements": ["Put that in bullet points."], "expected": ["bullets"]} for r in sft_rows()}
+    data_rows = {
+        r["key"]: {"enforcements": ["Put that in bullet points."], "expected": ["bullets"]} for r in sft_rows()
+    }
     page = write_html(tmp_path, report, eval_dir, data_rows, title="memrl run reflector-quickstart")
     parser = _Page()
     parser.feed(page.read_text())
