@@ -34,7 +34,7 @@ def pick_dtype(dtype: str, device: str) -> torch.dtype:
     """`auto`: bf16 where the hardware computes in it (a GPU, a CPU with bf16 instructions: about 1.7x faster
     decoding on 2 AMX cores, benchmarks/README.md), else fp32."""
     if dtype == "auto":
-        return compute_dtype(device)  # type: ignore[no-any-return]
+        return compute_dtype(device)
     return _DTYPES[dtype]
 
 

@@ -38,8 +38,8 @@ def _trl_steps(path: Path) -> list[RewardStep]:
             for key, value in r.items()
             if key.startswith("rewards/") and key.endswith("/mean") and value is not None
         }
-        spread = (None, None) if std is None else (mean - float(std), mean + float(std))
-        steps.append(RewardStep(float(step), mean, *spread, parts=parts))
+        low, high = (None, None) if std is None else (mean - float(std), mean + float(std))
+        steps.append(RewardStep(float(step), mean, low, high, parts=parts))
     return steps
 
 

@@ -49,8 +49,8 @@ def sampling_policy(model: Any, merge: bool, dtype: torch.dtype | None = None) -
         if saved:
             model.unmerge_adapter()
             with torch.no_grad():
-                for param, original in saved:
-                    param.copy_(original)
+                for tensor, original in saved:
+                    tensor.copy_(original)
         model.train(was_training)
 
 
