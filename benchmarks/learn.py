@@ -26,7 +26,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -35,7 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cpu_busy import cpu_model
+
 HERE = Path(__file__).parent
+
 Units = list[float]
 
 
@@ -86,16 +88,6 @@ LEARNERS = {
     "collaborator": Learner("collaborator-quickstart", "held-out preference share, trained - base", collaborator_units),
     "judger": Learner("judger-minilm-cpu", "held-out recall@5, fused - retrieval alone", judger_units),
 }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run_one(what: str, seed: int, runs: Path, judger_data: str | None) -> dict[str, Any]:
