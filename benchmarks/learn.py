@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import subprocess
 import sys
@@ -68,12 +67,13 @@ def collaborator_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any
 
 
 def judger_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], Units]:
-    """Fused - retrieval-alone recall@5 per held-out query with gold (the eval stage's `per_query.jsonl`)."""
+    """Fused - retrieval-alone recall@5 per held-out query with gold (the eval stage's `metrics.json`)."""
     metrics = json.loads((run / "eval" / "metrics.json").read_text())
+    per_query = metrics["recall@5_per_query"]
+    pairs = zip(per_query["fused"], per_query["retrieval"], strict=True)
+    units = [f - r for f, r in pairs if f is not None and r is not None]
     interval = metrics["judger_gain@5_interval"]
-    rows = _jsonl(run / "eval" / "per_query.jsonl")
-    units = [r["fused"] - r["retrieval"] for r in rows if not math.isnan(r["fused"]) and not math.isnan(r["retrieval"])]
-    return {"n": interval["n"], "delta": interval["mean"], "ci95": interval["ci95"]}, units
+    return {"n": interval["queries"], "delta": metrics["judger_gain@5"], "ci95": interval["ci95"]}, units
 
 
 @dataclass(frozen=True)

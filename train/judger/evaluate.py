@@ -180,6 +180,15 @@ def evaluate_judger(
             if judged is not None
             else None
         ),
+        # The held-out effect per query (fused at `alpha`, retrieval alone, the judger alone), for pooling seeds.
+        f"recall@{GAIN_K}_per_query": (
+            {
+                name: [None if math.isnan(v) else v for v in per_query(key)]
+                for name, key in (("fused", alpha), ("retrieval", "retrieval"), ("judger", "judger"))
+            }
+            if judged is not None
+            else None
+        ),
         "query_ids": list(queries),
         "alpha": alpha,
         "alpha_source": alpha_source,
