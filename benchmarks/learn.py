@@ -13,7 +13,8 @@ is made only when the pooled interval lies above 0 and no seed's estimate is bel
 | judger | judger-minilm-cpu | recall@5, fused - retrieval alone, per held-out query with gold (needs `--judger-data`) |
 
 Writes `learn.json` and `learn.md` (the CPU model, each run's minutes and the 1-minute load average before and after
-it) under `--out`. Not part of `make bench`: each run trains for up to 15 minutes.
+it) under `--out`; learners measured earlier on the same CPU and not run again are kept. Not part of `make bench`:
+each run trains for up to 15 minutes.
 
     OMP_NUM_THREADS=2 python benchmarks/learn.py [--seeds 0 1 2] [--only reflector collaborator]
         [--judger-data DIR] [--runs runs/learn] [--out benchmarks/results]
@@ -166,6 +167,14 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _earlier_learners(path: Path, cpu: str) -> dict[str, Any]:
+    """The learners an earlier invocation measured on this CPU, so running one learner at a time builds one table."""
+    if not path.is_file():
+        return {}
+    earlier = json.loads(path.read_text())
+    return dict(earlier.get("learners", {})) if earlier.get("cpu") == cpu else {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -183,7 +192,7 @@ def main() -> None:
         "date": datetime.date.today().isoformat(),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
-        "learners": {},
+        "learners": _earlier_learners(args.out / "learn.json", cpu_model()),
     }
     for what in chosen:
         seeds = []
