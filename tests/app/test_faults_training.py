@@ -38,6 +38,8 @@ def stage_args(kind: str, run: Path, data: Path) -> list[str]:
         f"stages.{kind}.max_steps={STEPS[kind]}",
         f"stages.{kind}.checkpoints.save_steps={SAVE[kind]}",
         f"stages.{kind}.checkpoints.logging_steps=1",
+        # every checkpoint stays (the default keeps the newest 2), so the one a resume starts from can be checked after
+        f"stages.{kind}.checkpoints.keep={STEPS[kind] // SAVE[kind]}",
     ]
     extra = ["stages.grpo.init=null"] if kind == "grpo" else []  # start from the base model, no SFT stage needed
     return ["run", "quickstart", "--smoke", "--stage", kind, f"output_dir={run}", *common, *extra]

@@ -380,7 +380,9 @@ def test_causal_heads_train_with_lora_and_score(base: str, head: str, pairs: Pat
                         checkpoints={"save_steps": 1})  # fmt: skip
     final = train(stage, base, pairs, tmp_path / "stage")
     info = json.loads((final / "memrl_judger.json").read_text())
-    assert info.pop("alpha") in {None, *ALPHA_GRID}  # chosen on the training individuals kept out of training
+    alpha, rule = info.pop("alpha"), info.pop("alpha_rule", None)
+    assert alpha in {None, *ALPHA_GRID}  # chosen on the training individuals kept out of training
+    assert (rule is None) == (alpha is None) and (rule is None or "noise of the best" in rule)  # and says how
     assert info == {"head": head, "base": base, "max_length": 400, "adapter": False}  # LoRA merged into the model
     assert not (final / "adapter_config.json").exists()
     assert json.loads((final / "memrl_checkpoint.json").read_text())["steps"] == 2

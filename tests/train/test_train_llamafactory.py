@@ -297,7 +297,9 @@ def test_the_backend_runs_a_stage_into_final(
     write_dataset(tmp_path / "data")
     where = StageRun(tmp_path / "run" / "sft", "sft", "lf", "memrl", False, 3, frozenset(), Console(stderr=True))
     yaml_path = where.out_dir / lf.YAML_FILE
-    assert lf.describe(sft, where, tiny_qwen2, tmp_path / "data") == [f"llamafactory-cli train {yaml_path}"]
+    command, plan = lf.describe(sft, where, tiny_qwen2, tmp_path / "data")  # what a GPU node would run, its plan
+    assert command == f"NPROC_PER_NODE=1 NNODES=1 llamafactory-cli train {yaml_path}"
+    assert plan.startswith("placement: 1 GPUs")
     lf.run(sft, where, tiny_qwen2, tmp_path / "data")
     written = yaml.safe_load(yaml_path.read_text())
     assert (written["run_name"], written["seed"], written["report_to"]) == ("lf-sft", 3, "none")
