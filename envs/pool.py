@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -41,6 +42,15 @@ class ActorDied(RuntimeError):
     def __init__(self, deaths: int, why: str) -> None:
         super().__init__(f"its worker died {deaths} times ({why})")
         self.why = why
+
+
+def death(exc: BaseException) -> str:
+    """Why an actor died, in one line a user reads: Ray's message without its colour codes and the actor's id (a
+    32-digit hex string that says nothing to anyone but Ray)."""
+    return " ".join(_RAY_ID.sub("", first_line(exc)).split())
+
+
+_RAY_ID = re.compile(r"\b[0-9a-f]{16,}\b")
 
 
 def spawn_workers(cls: type, n: int, *args: Any) -> list[Any]:
@@ -100,9 +110,9 @@ class ActorPool:
                     raise cause from exc
                 deaths += 1
                 if deaths > 1:
-                    raise ActorDied(deaths, first_line(exc)) from exc
+                    raise ActorDied(deaths, death(exc)) from exc
                 if died is not None:
-                    died(first_line(exc))
+                    died(death(exc))
                 await self.ready(actor)
                 if replay is not None:
                     await replay()

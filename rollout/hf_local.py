@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import weakref
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from memrl.rollout.seeded_sampling import RowSeededSampling, row_seeds
 # when a batch ends and each asks again within milliseconds; one decoding pass of a 135M model takes ~0.1 s on CPU.
 BATCH_WAIT_S = 0.02
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -85,7 +87,8 @@ class HFBackend(ChatBackend):
         return out
 
     def _prompt(self, conversation: Conversation) -> str:
-        messages = [{"role": m["role"], "content": m["content"]} for m in conversation]
+        # A lone surrogate (JSON may hold one: "\ud800") is no text a tokenizer takes: the model reads U+FFFD there.
+        messages = [{"role": m["role"], "content": _LONE_SURROGATE.sub("\ufffd", m["content"])} for m in conversation]
         return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
     def _generate_batch(self, prompts: list[str], seeds: list[int] | None, params: SamplingParams) -> list[Completion]:

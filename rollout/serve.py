@@ -21,6 +21,7 @@ import httpx2
 
 from memrl.core import models
 from memrl.core.errors import BackendError
+from memrl.core.model_files import check_chat_template
 
 Engine = Literal["auto", "transformers", "vllm"]
 
@@ -105,8 +106,10 @@ class LocalServer:
 
     def command(self) -> tuple[list[str], Path | None]:
         """The server's argv and the working directory it must run in."""
-        path = models.resolve(self.model)
+        path = models.resolve(self.model)  # a broken folder fails here in one line, not in the server's child
         local = Path(path)
+        if local.is_dir():
+            check_chat_template(local)  # the server renders every request with it
         if self.engine == "vllm":
             argv = [_console_script("vllm", "vllm"), "serve", path, "--served-model-name", self.name]
             return [*argv, "--host", self.host, "--port", str(self.port), *self.extra_args], None

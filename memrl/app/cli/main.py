@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -291,6 +292,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     and exit 2 (see `errors.user_error`); `--debug` shows the traceback instead."""
     global _debug
     _debug = False
+    for stream in (sys.stdout, sys.stderr):  # text no encoding can write (a lone surrogate from an endpoint or a
+        if isinstance(stream, io.TextIOWrapper):  # JSON file) is shown as an escape, not a UnicodeEncodeError
+            stream.reconfigure(errors="backslashreplace")
     try:
         # Not standalone: typer would print its usage errors as a boxed panel; they take the one-line path too.
         code = app(args=argv, prog_name="memrl", standalone_mode=False)
