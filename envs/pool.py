@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Generic, TypeVar
 
+from memrl.core.asyncs import close_loop
 from memrl.core.errors import MemrlError, first_line
 
 R = TypeVar("R")
@@ -208,9 +209,5 @@ class InFlight(Generic[T]):
 
     def close(self) -> None:
         """Cancel the calls still in flight (a run that stops early) and end the event loop."""
-        for task in self._calls:
-            task.cancel()
-        if self._calls:
-            self._loop.run_until_complete(asyncio.wait(self._calls))
         self._calls.clear()
-        self._loop.close()
+        close_loop(self._loop)

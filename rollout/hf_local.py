@@ -11,8 +11,16 @@ from functools import partial
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, PreTrainedModel
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LogitsProcessorList,
+    PreTrainedModel,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
+from memrl.core import interrupts
 from memrl.core.asyncs import MicroBatcher, in_own_thread
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 from memrl.rollout.seeded_sampling import RowSeededSampling, row_seeds
@@ -96,6 +104,7 @@ class HFBackend(ChatBackend):
         kwargs: dict[str, Any] = {
             "max_new_tokens": params.max_tokens,
             "pad_token_id": self.tokenizer.pad_token_id,
+            "stopping_criteria": StoppingCriteriaList([_StopOnSignal()]),
         }
         greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         if params.temperature <= 0:
@@ -131,6 +140,15 @@ class HFBackend(ChatBackend):
         del self.model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+class _StopOnSignal(StoppingCriteria):
+    """Ends a generation at its next token once the process is told to stop: a batch decodes in a thread of its
+    own, which the signal never interrupts, and the process waits for it before it exits."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        done = torch.full((input_ids.shape[0],), interrupts.stopping(), dtype=torch.bool, device=input_ids.device)
+        return done  # type: ignore[return-value]  # a bool tensor: transformers' annotation, not a real type
 
 
 def _as_set(ids: int | list[int] | None) -> set[int]:

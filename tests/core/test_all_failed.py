@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import memrl_in_process
+from support import local_ray, memrl_in_process
 
 from memrl.core.errors import ConfigError
 from memrl.core.outcomes import NothingDoneError, Outcome, require_data, require_success, shortfall
@@ -183,12 +183,10 @@ def test_data_reflection_and_data_judger_with_nothing_usable_fail_in_one_line(tm
 @pytest.fixture(scope="module")
 def ray_up() -> Iterator[None]:
     """One local Ray in this process for the module: each in-process run joins it instead of starting its own."""
-    import ray
 
     env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env})
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=2, runtime_env={"env_vars": env}):
+        yield
 
 
 def _argv(command: str, endpoint: str, out: Path) -> list[object]:

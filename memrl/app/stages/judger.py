@@ -10,7 +10,7 @@ from memrl.app.stages.base import Job, StageKind
 from memrl.app.stages.relaunch import STAGE_ENTRY, relaunch, resolved_recipe, shown
 from memrl.core.errors import ConfigError
 from memrl.train.config import JudgerStage
-from memrl.train.distributed import launched
+from memrl.train.distributed import launch_env, launched
 from memrl.train.trl_common import is_finished
 
 
@@ -67,7 +67,8 @@ def _run_distributed(stage: JudgerStage, ctx: RunContext, name: str) -> None:
     argv = _torchrun_argv(stage, ctx, name)
     if stage.deepspeed is not None:
         deepspeed_config(stage.deepspeed)
-    final = relaunch(argv, ctx, name, launcher="torchrun", log="judger.log")
+    env = launch_env(stage.cluster)
+    final = relaunch(argv, ctx, name, launcher="torchrun", log="judger.log", env=env)
     ctx.console.print(f"{name}: judger {final}")
 
 
@@ -77,7 +78,7 @@ def plan_judger(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
         return [f"HF Trainer in-process, {stage.head} head on {base}, data {data / 'train'}"]
     from memrl.train.judger.launch import deepspeed_config
 
-    lines = [shown(_torchrun_argv(stage, ctx, name))]
+    lines = [shown(_torchrun_argv(stage, ctx, name), launch_env(stage.cluster))]
     if stage.deepspeed is not None:
         lines.append(f"DeepSpeed config {deepspeed_config(stage.deepspeed, must_exist=False)}")
     from memrl.train.placement import plan
