@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 2
 # Pinned everywhere, package build environments included, or pip pulls a CUDA torch of several GB.
 export PIP_CONSTRAINT := $(CURDIR)/constraints/cpu.txt
 
-.PHONY: setup quickstart test pytest test-fast lint typecheck llamafactory lock-gpu bench clean
+.PHONY: setup quickstart test pytest test-fast lint typecheck llamafactory lock-gpu gpu-wheels bench learn clean
 
 setup: $(VENV)/.installed
 
@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 quickstart: setup
 	HF_HUB_OFFLINE=1 $(MEMRL) models pull smollm2 minilm
 	HF_HUB_OFFLINE=1 $(MEMRL) run quickstart
-	$(PY) -c "import json; r = json.load(open('runs/quickstart/report.json')); print('held-out mean reward:', r['mean_reward'])"
+	$(PY) -c "import json; r = json.load(open('runs/quickstart/report.json')); print('held-out mean reward:', r['mean_reward']); print('learning:', r['learning'])"
 
 test: setup lint typecheck pytest
 
@@ -56,9 +56,30 @@ llamafactory: setup
 lock-gpu: setup
 	$(PY) tools/lock_gpu.py
 
+# Wheels of what memrl's TRL, judger, export and HF-backend code imports and a lent GPU machine lacks (it has torch,
+# transformers, peft, accelerate, pyarrow, sentence-transformers, typer, rich, aiohttp): CPython 3.12, manylinux
+# x86-64, at constraints/gpu.txt's versions, into .whl/ (ignored). There: `pip install --no-index --no-deps
+# .whl/*.whl && python tools/gpu_check.py`. The device call carries at most 64 MiB: this set stays under 50.
+GPU_WHEELS := trl datasets pydantic pydantic-core annotated-types typing-inspection typing-extensions \
+	dill multiprocess xxhash pandas python-dateutil tzdata json-repair \
+	matplotlib contourpy cycler fonttools kiwisolver pyparsing
+GPU_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+
+gpu-wheels: setup
+	rm -rf .whl && mkdir .whl
+	PIP_CONSTRAINT= $(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	    --implementation cp $(GPU_PLATFORMS) -c constraints/gpu.txt -d .whl $(GPU_WHEELS)
+	$(PY) -c "import pathlib, sys; n = sum(f.stat().st_size for f in pathlib.Path('.whl').glob('*.whl')); \
+	    print(f'.whl: {n / 2**20:.1f} MiB'); sys.exit(n > 50 * 2**20)"
+
 # The performance ratios of benchmarks/ on CPU (a few minutes on 2 cores): benchmarks/results/*.json and bench.md.
 bench: setup
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py
+
+# Does training help whatever the seed? Each learning recipe for 3 training seeds, the seeds table with intervals:
+# benchmarks/results/learn.md (about 15 minutes per run on 2 cores; JUDGER_DATA=<judger pairs> adds the judger).
+learn: setup
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/learn.py $(if $(JUDGER_DATA),--judger-data $(JUDGER_DATA),--only reflector collaborator)
 
 clean:
 	rm -rf $(VENV) .typecheck .pytest_cache .ruff_cache .mypy_cache build dist *.egg-info

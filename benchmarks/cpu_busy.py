@@ -7,11 +7,24 @@ are in the tree too: they are part of what a stage costs.
 
 from __future__ import annotations
 
+import platform
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
+
+
+def cpu_model() -> str:
+    """The processor's name (numerics and speed differ between CPU models: every result records it)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 @dataclass

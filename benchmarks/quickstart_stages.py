@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bare_model import Recorder, grpo_steps, replay, sft_steps
-from cpu_busy import CpuBusy
+from cpu_busy import CpuBusy, cpu_model
 
 HERE = Path(__file__).parent
 RECORDED = ("data", "eval")  # stages whose generate calls are replayed bare
@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="recipe overrides, as `memrl run quickstart KEY=VALUE`")
     args = parser.parse_args()
 
+    load_before = round(os.getloadavg()[0], 2)
     start = time.perf_counter()
     from rich.console import Console
 
@@ -87,7 +88,12 @@ def main() -> None:
         "total_seconds": total,
         "mean_reward": report["mean_reward"],
         "learning": report["learning"],
-        "machine": {"cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
+        "machine": {
+            "cpu": cpu_model(),
+            "cpus": os.cpu_count(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "load_before": load_before,
+        },
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "quickstart_stages.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -61,8 +61,10 @@ class NextSessionRewardConfig(StrictModel):
     meet, minus the same share in that session played with no notes. Its `weight` joins the total."""
 
     weight: float = Field(default=1.0, description="weight of the outcome in the total reward")
-    agent: ModelConfig = Field(
-        default=HFModelConfig(backend="hf", model="smollm2"), description="the agent that reads the notes"
+    agent: ModelConfig | Literal["scripted"] = Field(
+        default=HFModelConfig(backend="hf", model="smollm2"),
+        description="the agent that reads the notes: a model, or `scripted` (rules of its own, no model: "
+        "memrl.envs.collab.scripted_reader)",
     )
     sampling: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=96, seed=0)
     max_turns: PositiveInt = Field(default=2, description="agent replies per next session")
@@ -81,6 +83,11 @@ class NextSessionRewardConfig(StrictModel):
     cache_size: NonNegativeInt = Field(default=65536, description="sessions kept in memory by (notes, row); 0: off")
     workers: PositiveInt | None = Field(default=None, description="play the sessions on this many Ray actors")
     ray_address: str | None = Field(default=None, description="Ray cluster of the actors; default: a local Ray")
+
+    @property
+    def reader(self) -> str:
+        """Who reads the notes, as reports name it: `scripted` or the agent model's name."""
+        return self.agent if isinstance(self.agent, str) else self.agent.model
 
 
 class UnscoredStop(StrictModel):

@@ -6,7 +6,8 @@ Credit levels (the most serious defect decides):
 |--------|------------|-------------------------------------------------------------------------------------|
 | 1.0    | exact      | is one JSON object and nothing else; both keys hold non-empty strings               |
 | 0.75   | wrapped    | holds such an object, but inside a code fence or with other text around it          |
-| 0.5    | repaired   | the object parses only after repair, or a field is a list/object instead of a string |
+| 0.5    | repaired   | the object parses only after repair, a field is a list/object instead of a string, or |
+|        |            | the object repeats a key or holds keys beyond the two (JSON readers keep one of them) |
 | 0.25   | notes only | usable `agent_notes`, but the reasoning key is missing or empty                     |
 | 0.0    | unusable   | no JSON object, or `agent_notes` missing or empty                                   |
 
@@ -54,7 +55,7 @@ def _strict_object(text: str) -> tuple[dict[str, Any] | None, bool]:
     if nesting_depth(stripped) > MAX_DEPTH:  # parse_json_object reports it
         return None, False
     try:
-        whole = loads(stripped)
+        whole = loads(stripped, as_written=True)
     except json.JSONDecodeError:
         pass
     except (RecursionError, NotJson):  # nested past Python's limit: parse_json_object reports it
@@ -67,7 +68,7 @@ def _strict_object(text: str) -> tuple[dict[str, Any] | None, bool]:
     start = span.find("{") if len(span) <= MAX_REPAIR_CHARS else -1
     while start >= 0:
         try:
-            found, _ = raw_decode(span, start)
+            found, _ = raw_decode(span, start, as_written=True)
         except json.JSONDecodeError:
             start = span.find("{", start + 1)
             continue
@@ -96,9 +97,24 @@ def format_reward(text: str) -> FormatResult:
     if repaired or not_strings:
         why = "the JSON needed repair" if repaired else f"{', '.join(not_strings)} not a string"
         return FormatResult(REPAIRED, notes, f"repaired: {why}")
+    if off_contract := _off_contract(data):
+        return FormatResult(REPAIRED, notes, f"repaired: {off_contract}")
     if not exact:
         return FormatResult(WRAPPED, notes, "wrapped: the object is fenced or has text around it")
     return FormatResult(EXACT, notes, "exact: one JSON object with both keys")
+
+
+def _off_contract(data: dict[str, Any]) -> str:
+    """What the object holds beyond the contract's two keys once each ("" when nothing): a repeated key (a reader
+    keeps only one of its values, and a policy can hide a second reflection there) or another key."""
+    written = getattr(data, "written", tuple(data))
+    repeated = sorted({key for key in written if written.count(key) > 1})
+    extra = [key for key in dict.fromkeys(written) if key not in REFLECTION_KEYS]
+    if repeated:
+        return f"the object repeats {', '.join(map(repr, repeated))}"
+    if extra:
+        return f"the object holds keys beyond the contract: {', '.join(map(repr, extra[:3]))}"
+    return ""
 
 
 def extract_notes(text: str) -> str | None:

@@ -22,6 +22,7 @@ from transformers import (
 
 from memrl.core import interrupts
 from memrl.core.asyncs import MicroBatcher, in_own_thread
+from memrl.core.precision import compute_dtype
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 from memrl.rollout.seeded_sampling import RowSeededSampling, row_seeds
 
@@ -40,8 +41,10 @@ def pick_device(device: str) -> str:
 
 
 def pick_dtype(dtype: str, device: str) -> torch.dtype:
+    """`auto`: bf16 where the hardware computes in it (a GPU, a CPU with bf16 instructions: about 1.7x faster
+    decoding on 2 AMX cores, benchmarks/README.md), else fp32."""
     if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+        return compute_dtype(device)
     return _DTYPES[dtype]
 
 

@@ -36,6 +36,11 @@ class ClusterConfig(StrictModel):
 
 class LoggingTarget(StrictModel):
     save_steps: PositiveInt = Field(default=50, description="checkpoint every N optimizer steps")
+    keep: PositiveInt = Field(
+        default=2,
+        description="checkpoints kept on disk, the newest (every trainer; a 7B's full-parameter checkpoint with its "
+        "Adam state is ~90 GB); `final/` comes on top",
+    )
     logging_steps: PositiveInt = 1
 
 
@@ -181,11 +186,17 @@ class JudgerStage(StrictModel):
     cluster: ClusterConfig = Field(
         default_factory=lambda: ClusterConfig(gpus_per_node=1), description="more than one GPU: launched by torchrun"
     )
+    placement: Placement = Field(
+        default_factory=Placement, description="served models on reserved GPUs of this node, kept off the judger's"
+    )
     overrides: list[str] = Field(default_factory=list, description="extra TrainingArguments fields, name=value")
 
     @property
     def world_size(self) -> int:
-        return self.cluster.nnodes * self.cluster.gpus_per_node
+        """torchrun's processes: one per GPU that the placement plan leaves the judger, on each node."""
+        from memrl.train.placement import trainer_cluster
+
+        return self.cluster.nnodes * trainer_cluster(self).gpus_per_node
 
     @property
     def distributed(self) -> bool:

@@ -196,3 +196,104 @@ def recall_chart(metrics: Mapping[str, Any], out: Path, title: str | None = None
         Panel("Recall@k (gold pairs)", {k: sorted(v) for k, v in pairs.items()}, "k", "recall"),
     ]
     return draw(panels, out, title=title)
+
+
+# ---- the reflector's GRPO reward and its held-out scores (report.json's reward_curve.png) --------------------------
+
+
+@dataclass(frozen=True)
+class RewardStep:
+    """One GRPO step: the mean reward of its rollouts, the spread around it (TRL: mean +- std; verl: min..max) and
+    the mean of each reward part."""
+
+    step: float
+    mean: float
+    low: float | None = None
+    high: float | None = None
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HeldOutPoint:
+    label: str
+    mean: float
+    low: float
+    high: float
+
+
+def reflector_chart(
+    curves: Mapping[str, Sequence[RewardStep]],
+    fits: Mapping[str, Mapping[str, Any]],
+    held_out: Sequence[HeldOutPoint],
+    out: Path,
+) -> Chart | None:
+    """Left: per GRPO stage the per-step mean reward with its spread as a band, its parts as thin lines, and the
+    least-squares line with its slope interval in the legend. Right: each model's held-out score with its 95%
+    interval. None (and no file) when there is nothing to draw."""
+    curves = {name: steps for name, steps in curves.items() if steps}
+    if not curves and not held_out:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels: list[Panel] = []
+    fig, axes = plt.subplots(1, int(bool(curves)) + int(bool(held_out)), figsize=(11, 4), squeeze=False)
+    axs = list(axes[0])
+    if curves:
+        ax = axs.pop(0)
+        series: dict[str, Points] = {}
+        for name, steps in curves.items():
+            xs = [s.step for s in steps]
+            ys = [s.mean for s in steps]
+            (line,) = ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.6, label=f"{name} reward (mean)")
+            series[f"{name} reward"] = list(zip(xs, ys, strict=True))
+            if all(s.low is not None and s.high is not None for s in steps):
+                ax.fill_between(
+                    xs,
+                    [s.low for s in steps],
+                    [s.high for s in steps],
+                    color=line.get_color(),
+                    alpha=0.15,
+                    label=f"{name} spread of the rollouts",
+                )
+            for part in sorted({p for s in steps for p in s.parts}):
+                pts = [(s.step, s.parts[part]) for s in steps if part in s.parts]
+                ax.plot(*zip(*pts, strict=True), linewidth=0.8, linestyle=":", label=f"{name} {part}")
+                series[f"{name} {part}"] = pts
+            if (fit := fits.get(name)) is not None:
+                x0 = sum(xs) / len(xs)
+                y0 = sum(ys) / len(ys)
+                ends = [min(xs), max(xs)]
+                ax.plot(
+                    ends,
+                    [y0 + fit["slope"] * (x - x0) for x in ends],
+                    color="black",
+                    linestyle="--",
+                    linewidth=1.2,
+                    label=f"slope {fit['slope']:+.4f}/step [{fit['ci95'][0]:+.4f}, {fit['ci95'][1]:+.4f}]",
+                )
+        ax.set_title("GRPO reward per step")
+        ax.set_xlabel("GRPO step")
+        ax.set_ylabel("reward")
+        ax.legend(fontsize=7)
+        panels.append(Panel("GRPO reward per step", series, "GRPO step", "reward"))
+    if held_out:
+        ax = axs.pop(0)
+        xs = list(range(len(held_out)))
+        ys = [p.mean for p in held_out]
+        errors = [[p.mean - p.low for p in held_out], [p.high - p.mean for p in held_out]]
+        ax.errorbar(xs, ys, yerr=errors, fmt="o", capsize=5, markersize=6)
+        for x, p in zip(xs, held_out, strict=True):
+            ax.annotate(f"{p.mean:.3f}", (x, p.mean), textcoords="offset points", xytext=(8, 0), fontsize=8)
+        ax.set_xticks(xs, [p.label for p in held_out])
+        ax.set_xlim(-0.5, len(held_out) - 0.5)
+        ax.set_title("held-out reward of each model (95% interval)")
+        ax.set_ylabel("coverage + format, greedy")
+        panels.append(Panel("held-out score", {"held-out": [(float(x), y) for x, y in zip(xs, ys, strict=True)]}))
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return Chart(out, panels)

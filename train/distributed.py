@@ -109,21 +109,32 @@ class Launch:
 
 
 def trl_launch(
-    entry: str, recipe: Path, stage: str, cluster: ClusterConfig, visible: Sequence[str], *, inside: bool = False
+    entry: str,
+    recipe: Path,
+    stage: str,
+    cluster: ClusterConfig,
+    visible: Sequence[str],
+    *,
+    inside: bool = False,
+    trainer_gpus: Sequence[int] | None = None,
 ) -> Launch | None:
     """How a TRL stage runs given the GPUs this process sees; None: in this process.
 
     TRL 1.16's trainers refuse one process that sees several GPUs (`args.n_gpu > 1`: `nn.DataParallel`). So with
     several visible GPUs the stage never runs here: one GPU per process, `cluster.gpus_per_node` of them (at most
-    what is visible) under `accelerate launch`, or a single process pinned to the first GPU. `inside`: this process
-    already is one rank of a launch. CPU or one visible GPU: in this process, as before.
+    what is visible) under `accelerate launch`, or a single process pinned to the first GPU. `trainer_gpus`: the
+    node's GPUs (indexes into `visible`) the placement plan leaves the trainer; the others hold served models.
+    `inside`: this process already is one rank of a launch. CPU or one visible GPU: in this process, as before.
     """
     if inside or len(visible) <= 1:
         return None
-    per_node = min(cluster.gpus_per_node, len(visible))
-    pinned = {"CUDA_VISIBLE_DEVICES": ",".join(visible[:per_node])}
+    mine = list(visible) if trainer_gpus is None else [visible[i] for i in trainer_gpus if i < len(visible)]
+    if not mine:
+        raise ConfigError(f"stages.{stage}.placement: served models hold all {len(visible)} visible GPUs")
+    per_node = min(cluster.gpus_per_node, len(mine))
+    pinned = {"CUDA_VISIBLE_DEVICES": ",".join(mine[:per_node])}
     if per_node == 1 and cluster.nnodes == 1:
-        return Launch([sys.executable, *_entry(entry, recipe, stage)], pinned, f"one process on GPU {visible[0]}")
+        return Launch([sys.executable, *_entry(entry, recipe, stage)], pinned, f"one process on GPU {mine[0]}")
     argv = accelerate_command(entry, recipe, stage, cluster, per_node)
     return Launch(argv, pinned | launch_env(cluster), f"accelerate launch, {per_node} processes per node")
 

@@ -8,12 +8,15 @@ is covered without a line here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from memrl.core.errors import ConfigError
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.probe import Endpoint
+
+M = TypeVar("M", bound=BaseModel)
 
 # Dotted keys of a stage -> the role the model plays there (what placement and the probe call it).
 ROLES = {
@@ -48,3 +51,27 @@ def _walk(node: BaseModel, path: tuple[str, ...], found: dict[str, Any]) -> None
             found[ROLES.get(dotted, dotted)] = value
         elif isinstance(value, BaseModel):
             _walk(value, key, found)
+
+
+def per_process(config: M, processes: int, where: str = "") -> M:
+    """`config` with the `max_concurrency` of every HTTP model in it divided over `processes` processes that each
+    hold their own client (TRL's ranks under accelerate), so that together they keep the recipe's bound, as verl's
+    reward and agent-loop workers do. A bound smaller than the processes is refused in one line."""
+    if processes <= 1:
+        return config
+    updates: dict[str, Any] = {}
+    for name in type(config).model_fields:
+        value, key = getattr(config, name), f"{where}.{name}" if where else name
+        if isinstance(value, OpenAIModelConfig):
+            each = value.max_concurrency // processes
+            if each == 0:
+                raise ConfigError(
+                    f"{key}.max_concurrency {value.max_concurrency} is fewer requests than the {processes} training "
+                    "processes that share it; raise it to at least their number"
+                )
+            updates[name] = value.model_copy(update={"max_concurrency": each})
+        elif isinstance(value, BaseModel):
+            divided = per_process(value, processes, key)
+            if divided is not value:
+                updates[name] = divided
+    return config.model_copy(update=updates) if updates else config

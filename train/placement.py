@@ -1,10 +1,12 @@
 """Where a GPU stage's models run on its node, and the check that they fit before anything starts.
 
-verl (or torchrun) trains on the node's GPUs; each served model the stage relies on (judge, user, teacher, outcome
-agents) runs either at an `endpoint` on another host (nothing reserved here) or on this node, on `gpus` reserved for
-it with vLLM's `--gpu-memory-utilization` as `memory_fraction`. The trainer gets the GPUs left. A plan that cannot
-fit is refused in one line: fractions over 1 on a GPU, a model whose bf16 weights (estimated from the parameter count
-in its name) exceed its GPUs' memory share, a reserved GPU the node does not have, or no GPU left to train on.
+Every trainer a stage can select (verl, TRL under accelerate, LLaMA-Factory and the judger under torchrun) trains on
+the node's GPUs, one process per GPU; each served model the stage relies on (judge, user, teacher, outcome agents)
+runs either at an `endpoint` on another host (nothing reserved here) or on this node, on `gpus` reserved for it with
+vLLM's `--gpu-memory-utilization` as `memory_fraction`. The trainer gets the GPUs left, and its processes see only
+those (`trainer_env`). A plan that cannot fit is refused in one line: fractions over 1 on a GPU, a model whose bf16
+weights (estimated from the parameter count in its name) exceed its GPUs' memory share, a reserved GPU the node does
+not have, or no GPU left to train on. `stage_plan` is the plan of a stage for the trainer it selects (`LAYOUTS`).
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ class Placed:
         if not self.gpus:
             return f"  {self.role}: {name} at {self.where or 'an endpoint'} (nothing reserved here)"
         share = f"memory fraction {self.memory_fraction:g}" if self.memory_fraction is not None else "all memory"
-        split = "weights sharded" if self.where == "sharded" else f"TP {self.tp}"
-        where = f", {self.where}" if self.where and self.where != "sharded" else ""
+        layout = self.where in WEIGHTS
+        split = WEIGHTS[self.where] if layout else f"TP {self.tp}"
+        where = f", {self.where}" if self.where and not layout else ""
         return f"  {self.role}: {name} on GPUs {_span(self.gpus)}, {share}, {split}{where}"
 
 
@@ -104,7 +107,14 @@ class Plan:
 
     def lines(self) -> list[str]:
         head = f"placement: {self.node_gpus} GPUs of {self.gpu_memory_gib:g} GiB on this node"
-        return [head, *(p.line() for p in self.placed)]
+        n = len(self.trainer_gpus)
+        sees = (
+            f"CUDA_VISIBLE_DEVICES={self.visible_devices}"
+            if n < self.node_gpus
+            else f"CUDA_VISIBLE_DEVICES as given (all {n} GPUs)"
+        )
+        processes = f"  trainer processes: {n} on this node, one per GPU, each started with {sees}"
+        return [head, *(p.line() for p in self.placed), processes]
 
     def text(self) -> str:
         return "\n".join(self.lines())
@@ -136,18 +146,61 @@ def weights_gib(model: str, tensor_parallel: int = 1) -> float | None:
     return None if billions is None else billions * 1e9 * BYTES_PER_PARAM / tensor_parallel / _GIB
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How a trainer holds its GPUs: its name in the plan, whether verl's vLLM rollout (and a judge verl hosts)
+    shares them, and how the weights lie over them (`sharded`: FSDP, ZeRO-3; `replicated`: a full copy per GPU)."""
+
+    label: str
+    rollout: bool = False
+    weights: Literal["sharded", "replicated"] = "sharded"
+
+
+WEIGHTS = {"sharded": "weights sharded", "replicated": "full weights on each GPU"}
+VERL_ROLLOUT = Layout("policy (verl actor + rollout)", rollout=True)
+TRL = Layout("policy (TRL, one process per GPU)", weights="replicated")
+# (stage kind, trainer) -> its layout; the judger (no `trainer` key) is `judger_layout`.
+LAYOUTS: dict[tuple[str, str | None], Layout] = {
+    ("sft", "verl"): Layout("policy (verl SFT)"),
+    ("grpo", "verl"): VERL_ROLLOUT,
+    ("collab_grpo", "verl"): VERL_ROLLOUT,
+    ("sft", "trl"): TRL,
+    ("grpo", "trl"): TRL,
+    ("collab_grpo", "trl"): TRL,
+    # ZeRO-2 shards the optimizer state and gradients; each GPU keeps the whole model.
+    ("sft", "llamafactory"): Layout("policy (LLaMA-Factory under torchrun, ZeRO-2)", weights="replicated"),
+}
+
+
+def layout(stage: Any) -> Layout | None:
+    """The layout of the trainer `stage` selects; None: the stage trains nothing."""
+    if stage.kind == "judger":
+        return Layout("judger (torchrun)", weights="sharded" if stage.deepspeed == "zero3" else "replicated")
+    return LAYOUTS.get((stage.kind, getattr(stage, "trainer", None)))
+
+
+def stage_plan(stage: Any, policy: str | None, *, gpu_memory_gib: float | None = None) -> Plan:
+    """`plan` for the trainer the stage selects (see `LAYOUTS`)."""
+    how = layout(stage)
+    if how is None:
+        raise ConfigError(f"placement: a {stage.kind} stage trains nothing; it has no plan")
+    memory = gpu_memory_gib
+    return plan(stage, policy, trainer=how.label, rollout=how.rollout, weights=how.weights, gpu_memory_gib=memory)
+
+
 def plan(
     stage: Any,
     policy: str | None,
     *,
     trainer: str = "policy (verl actor + rollout)",
     rollout: bool = True,
+    weights: Literal["sharded", "replicated"] = "sharded",
     gpu_memory_gib: float | None = None,
 ) -> Plan:
     """The plan of a GPU stage (anything with `cluster` and, optionally, `placement`): raises ConfigError in one line
-    when it cannot fit. `policy` is the trained model's name or path; `rollout` says whether the trainer runs a vLLM
-    rollout on its GPUs (verl GRPO) or only trains (SFT, the judger); `gpu_memory_gib` (measured) wins over the
-    recipe's."""
+    when it cannot fit. `policy` is the trained model's name or path; `rollout` says whether the trainer runs verl's
+    vLLM rollout on its GPUs (verl GRPO) or only trains (SFT, TRL, the judger), `weights` how a trainer that only
+    trains holds the model; `gpu_memory_gib` (measured) wins over the recipe's."""
     from memrl.train.endpoints import stage_models
 
     placement: Placement = getattr(stage, "placement", None) or Placement()
@@ -176,9 +229,10 @@ def plan(
     if rollout:
         fraction, tp = placement.rollout_memory_fraction, rollout_tp(len(trainer_gpus))
         train = [Placed(trainer, policy, trainer_gpus, fraction, "vLLM rollout", tp)]
+        train += _hosted_judge(stage, trainer_gpus)
     else:
-        train = [Placed(trainer, policy, trainer_gpus, None, "sharded", len(trainer_gpus))]
-    train += _hosted_judge(stage, trainer_gpus)
+        split = len(trainer_gpus) if weights == "sharded" else 1
+        train = [Placed(trainer, policy, trainer_gpus, None, weights, split)]
     for role, model in models.items():
         if getattr(model, "backend", None) == "openai" and _ROLE_OF.get(role, role) not in reserved:
             placed.append(Placed(role, model.model, where=model.endpoint))

@@ -1,47 +1,56 @@
-"""The run's report: held-out reward of every evaluated model, learning deltas, and the GRPO reward curve (TRL and
-verl stages)."""
+"""The run's report: held-out reward of every evaluated model with intervals, the learning verdict, the reward-hacking
+flag, and the GRPO reward curve with its slope (TRL and verl stages)."""
 
 from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import MemrlError
 from memrl.core.files import read_json
 from memrl.train import verl_metrics
-from memrl.train.curves import TRAIN_REWARD, Panel, Points, draw, eval_reward
+from memrl.train.curves import TRAIN_REWARD, HeldOutPoint, RewardStep, reflector_chart
+from memrl.train.reflector_verdict import curve_fit, gains, hacking_flag, learning_verdict, model_intervals
 from memrl.train.verl_metrics import METRICS_FILE
 
 REPORT_FILE = "report.json"
+CURVE_FILE = "reward_curve.png"
+SCORES = "scores.jsonl"  # per held-out row of a model, as train/evaluate.py writes it
+TRAIN_REWARD_MIN, TRAIN_REWARD_MAX = "critic/score/min", "critic/score/max"
 
 
-def reward_curve(logs: dict[str, Path], out: Path) -> Path | None:
-    """Training reward (and its parts) per GRPO step, one line each per GRPO stage: TRL stages from their
-    `log_history.json`, verl stages from their file logger's metrics (`verl_metrics.jsonl`)."""
-    series: dict[str, Points] = {}
-    for name, path in logs.items():
-        series |= _verl_rewards(name, path) if path.name == METRICS_FILE else _trl_rewards(name, path)
-    chart = draw([Panel("GRPO reward", series, "GRPO step", "mean reward of the rollouts")], out)
-    return chart.path if chart else None
+def grpo_steps(logs: dict[str, Path]) -> dict[str, list[RewardStep]]:
+    """Per GRPO stage its reward per step: TRL stages from their `log_history.json`, verl stages from their file
+    logger's metrics (`verl_metrics.jsonl`)."""
+    return {name: _verl_steps(path) if path.name == METRICS_FILE else _trl_steps(path) for name, path in logs.items()}
 
 
-def _trl_rewards(name: str, path: Path) -> dict[str, Points]:
+def _trl_steps(path: Path) -> list[RewardStep]:
     rows = {int(r["step"]): r for r in json.loads(path.read_text()) if "reward" in r}
-    parts = sorted({k for r in rows.values() for k in r if k.startswith("rewards/") and k.endswith("/mean")})
-    out = {f"{name} reward": [(float(s), float(r["reward"])) for s, r in rows.items()]}
-    for part in parts:
-        label = part.removeprefix("rewards/").removesuffix("/mean")
-        out[f"{name} {label}"] = [(float(s), float(r[part])) for s, r in rows.items() if r.get(part) is not None]
-    return out
+    steps = []
+    for step, r in sorted(rows.items()):
+        mean, std = float(r["reward"]), r.get("reward_std")
+        parts = {
+            key.removeprefix("rewards/").removesuffix("/mean"): float(value)
+            for key, value in r.items()
+            if key.startswith("rewards/") and key.endswith("/mean") and value is not None
+        }
+        low, high = (None, None) if std is None else (mean - float(std), mean + float(std))
+        steps.append(RewardStep(float(step), mean, low, high, parts=parts))
+    return steps
 
 
-def _verl_rewards(name: str, path: Path) -> dict[str, Points]:
-    """verl logs the reward's parts for validation steps only: the train reward, then `eval <part>`."""
+def _verl_steps(path: Path) -> list[RewardStep]:
+    """verl logs the reward's parts for validation steps only: the train reward with its min..max here."""
     steps = verl_metrics.read(path.parent)
-    reward = [(float(s), r[TRAIN_REWARD]) for s, r in steps.items() if TRAIN_REWARD in r]
-    return {f"{name} reward": reward} | {f"{name} {label}": pts for label, pts in eval_reward(steps).items()}
+    return [
+        RewardStep(float(s), r[TRAIN_REWARD], r.get(TRAIN_REWARD_MIN), r.get(TRAIN_REWARD_MAX))
+        for s, r in steps.items()
+        if TRAIN_REWARD in r
+    ]
 
 
 def grpo_logs(run_dir: Path, trl_logs: dict[str, Path]) -> dict[str, Path]:
@@ -53,28 +62,57 @@ def grpo_logs(run_dir: Path, trl_logs: dict[str, Path]) -> dict[str, Path]:
     return found
 
 
+def held_out_rows(eval_dir: Path, labels: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each model's scored held-out reflections (`<eval>/<label>/scores.jsonl`), where written."""
+    rows = {}
+    for label in labels:
+        path = eval_dir / label / SCORES
+        if path.is_file():
+            rows[label] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows
+
+
 def write_report(
     run_dir: Path,
     results: dict[str, dict[str, Any]],
     online: dict[str, Any] | None,
     trl_logs: dict[str, Path],
     outcome: dict[str, Any] | None = None,
+    eval_dir: Path | None = None,
+    *,
+    seed: int = 0,
 ) -> Path:
-    """`report.json`: per model label its held-out metrics, and each label's score gain over the one before; with
-    `outcome` (train/rewards/next_session_eval.py), the next-session evaluation of the held-out notes."""
+    """`report.json`: per model label its held-out metrics (with `intervals` where the rows are in `eval_dir`), each
+    label's score gain over the one before, the learning verdict (the last label against the one before, paired
+    over rows), the reward-hacking flag, the GRPO curve's slope and `reward_curve.png`; with `outcome`
+    (train/rewards/next_session_eval.py), the next-session evaluation of the held-out notes."""
     labels = list(results)
-    gains = {
-        f"{after}_minus_{before}": _diff(results[after].get("score"), results[before].get("score"))
-        for before, after in itertools.pairwise(labels)
-    }
-    curve = reward_curve(grpo_logs(run_dir, trl_logs), run_dir / "reward_curve.png")
+    rows = held_out_rows(eval_dir, labels) if eval_dir is not None else {}
+    for label, lines in rows.items():
+        results[label]["intervals"] = model_intervals(lines, seed=seed)
+    paired = {label: rows[label] for label in labels if label in rows}
+    steps = grpo_steps(grpo_logs(run_dir, trl_logs))
+    fits = {name: fit for name, points in steps.items() if (fit := curve_fit([(s.step, s.mean) for s in points]))}
+    points = [
+        HeldOutPoint(label, r["intervals"]["score"]["mean"], *r["intervals"]["score"]["ci95"])
+        for label, r in results.items()
+        if r.get("intervals", {}).get("score", {}).get("ci95")
+    ]
+    chart = reflector_chart(steps, fits, points, run_dir / CURVE_FILE)
+    last_fit = next(((name, fit) for name, fit in reversed(fits.items())), None)
     report = {
         "held_out": results,
         "mean_reward": {label: results[label].get("score") for label in labels},
-        "gains": gains,
-        "learning": all(g is not None and g > 0 for g in gains.values()) if gains else None,
+        "gains": {
+            f"{after}_minus_{before}": _diff(results[after].get("score"), results[before].get("score"))
+            for before, after in itertools.pairwise(labels)
+        },
+        "gains_ci95": {name: g["ci95"] for name, g in gains(paired, seed=seed).items()},
+        "learning": learning_verdict(paired, seed=seed),
+        "reward_hacking": hacking_flag({label: r["intervals"] for label, r in results.items() if "intervals" in r}),
+        "curve": None if last_fit is None else {"stage": last_fit[0], **last_fit[1]},
         "online": online,
-        "reward_curve": str(curve) if curve else None,
+        "reward_curve": str(chart.path) if chart else None,
     }
     if outcome is not None:
         report["outcome"] = outcome

@@ -11,8 +11,9 @@ from typing import Any
 
 from memrl.core.checkpoints import CheckpointInfo, last_step_dir, trainer_saved
 from memrl.core.errors import ConfigError, closest
+from memrl.core.precision import cpu_has_bf16
 from memrl.core.yamlsafe import load_yaml
-from memrl.train.config import LoraConfig
+from memrl.train.config import LoggingTarget, LoraConfig
 from memrl.train.distributed import world_size
 
 
@@ -42,8 +43,25 @@ def device_args() -> dict[str, Any]:
     # Zen 4 EPYC), else fp32; no dataloader workers, the machine has few cores to share; no gradient checkpointing
     # (TRL's default): it recomputes every forward during backward to save memory, and on a CPU the compute is what
     # is short (the quickstart's SFT: 125 s -> 94 s). `overrides: [gradient_checkpointing=true]` brings it back.
-    bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return {"use_cpu": True, "bf16": bf16, "fp16": False, "dataloader_num_workers": 0, "gradient_checkpointing": False}
+    return {
+        "use_cpu": True,
+        "bf16": cpu_has_bf16(),
+        "fp16": False,
+        "dataloader_num_workers": 0,
+        "gradient_checkpointing": False,
+    }
+
+
+def master_dtype(full_parameter: bool) -> Any:
+    """The dtype to load a model that is about to train in: float32 when every weight trains, else the checkpoint's
+    own (None). transformers 5 loads a bf16 checkpoint (Qwen2.5, Llama 3.1) as bf16, and the optimizer then updates
+    the bf16 weights in place: a step of lr 1e-6 is far below half a bf16 step of a typical weight and rounds away.
+    TRL loads a model it is given by name in float32 for this reason (`create_model_from_path`); memrl hands it a
+    loaded one, so it asks for float32 itself. The trainer's `bf16` still runs the forward and backward under bf16
+    autocast. LoRA keeps the frozen base as stored: PEFT upcasts the adapters it trains to float32."""
+    import torch
+
+    return torch.float32 if full_parameter else None
 
 
 def accumulation_steps(total: int, micro: int, stage: str, what: str, processes: int | None = None) -> int:
@@ -57,13 +75,14 @@ def accumulation_steps(total: int, micro: int, stage: str, what: str, processes:
     return steps
 
 
-def base_args(ctx: TrainContext, *, lr: float, save_steps: int, logging_steps: int) -> dict[str, Any]:
+def base_args(ctx: TrainContext, *, lr: float, checkpoints: LoggingTarget) -> dict[str, Any]:
     return {
         "output_dir": str(ctx.out_dir),
         "learning_rate": lr,
-        "save_steps": save_steps,
+        "save_steps": checkpoints.save_steps,
         "save_strategy": "steps",
-        "logging_steps": logging_steps,
+        "save_total_limit": checkpoints.keep,  # the newest N checkpoint-*/ folders; older ones are deleted
+        "logging_steps": checkpoints.logging_steps,
         "report_to": ctx.report_to,
         "run_name": ctx.run_name,
         "seed": ctx.seed,

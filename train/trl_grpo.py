@@ -25,6 +25,7 @@ from memrl.train.trl_common import (
     accumulation_steps,
     apply_overrides,
     base_args,
+    master_dtype,
     peft_config,
     prompt_tokens,
     resume_point,
@@ -47,13 +48,14 @@ def load_rl_split(data_dir: Path, split: str, tokenizer: Any, max_prompt_length:
 def policy_model(stage: PolicyOptimStage, base_model: str) -> tuple[Any, Any, str]:
     """(model, peft_config, base ref). An SFT adapter keeps training as is; a full model gets a fresh adapter."""
     start = resolve_model(stage.init) if stage.init else resolve_model(base_model)
+    dtype = master_dtype(stage.lora is None)  # full fine-tuning: float32 master weights (see master_dtype)
     if is_adapter(Path(start)):
         base = adapter_base(Path(start))
         if stage.lora is not None:
             return load_causal_lm(start, trainable_adapter=True), None, base
-        return load_causal_lm(start), None, base  # full fine-tuning from the merged warm-up
+        return load_causal_lm(start, dtype=dtype), None, base  # full fine-tuning from the merged warm-up
     lora = peft_config(stage.lora) if stage.lora is not None else None
-    return load_causal_lm(start), lora, portable_ref(stage.init or base_model)
+    return load_causal_lm(start, dtype=dtype), lora, portable_ref(stage.init or base_model)
 
 
 def vllm_args(stage: GRPOStage) -> dict[str, Any]:
@@ -76,9 +78,7 @@ def require_vllm(stage: GRPOStage, name: str) -> None:
 def grpo_args(stage: PolicyOptimStage, ctx: TrainContext, reward_weights: list[float]) -> dict[str, Any]:
     """GRPOConfig fields of any GRPO stage (the trainer-specific ones are added by its caller)."""
     completions = stage.batch_size * stage.rollouts
-    args = base_args(
-        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
-    )
+    args = base_args(ctx, lr=stage.lr, checkpoints=stage.checkpoints)
     args.update(
         max_steps=stage.max_steps,
         per_device_train_batch_size=stage.micro_batch_size,

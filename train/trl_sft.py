@@ -15,6 +15,7 @@ from memrl.train.trl_common import (
     accumulation_steps,
     apply_overrides,
     base_args,
+    master_dtype,
     peft_config,
     prompt_tokens,
     resume_point,
@@ -43,9 +44,7 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
     train = load_sft_split(data_dir, "train")
     evaluation = load_sft_split(data_dir, "eval")
     accumulation = accumulation_steps(stage.batch_size, stage.micro_batch_size, ctx.stage, "batch_size")
-    args = base_args(
-        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
-    )
+    args = base_args(ctx, lr=stage.lr, checkpoints=stage.checkpoints)
     args.update(
         num_train_epochs=stage.epochs,
         max_steps=stage.max_steps or -1,
@@ -62,7 +61,7 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
     _check_some_fit(train, tokenizer, stage.max_length, ctx.stage)
     project_labelled_tokens_only()
     trainer = SFTTrainer(
-        model=load_causal_lm(base_model),
+        model=load_causal_lm(base_model, dtype=master_dtype(stage.lora is None)),
         args=config,
         train_dataset=train,
         eval_dataset=evaluation,

@@ -8,6 +8,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Required, TypedDict, Unpack
 
@@ -15,7 +16,7 @@ from memrl.core.errors import ConfigError
 from memrl.core.secrets import redact, register, url_credentials
 from memrl.rewards.config import JudgeConfig
 from memrl.rollout.config import VLLMModelConfig
-from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, PolicyOptimStage, SFTStage
+from memrl.train.config import ClusterConfig, GRPOStage, LoggingTarget, LoraConfig, PolicyOptimStage, SFTStage
 from memrl.train.endpoints import stage_endpoints
 from memrl.train.placement import rollout_tp, trainer_cluster
 from memrl.train.rewards.verl import ADV_ESTIMATOR, ADV_MODULE, reward_path
@@ -40,6 +41,10 @@ CHECKPOINT_SUBDIR = "checkpoints"
 # sequence's restarting position_ids into a per-sequence causal mask (docs/training.md, "Attention").
 ATTENTION = "sdpa"
 REWARD_WORKERS = 8  # verl 0.9.1's reward.num_workers
+# Where verl 0.9.1 reads how many checkpoints to keep: per role in ppo_trainer (the critic key is harmless without a
+# critic), one key in sft_trainer_engine.
+PPO_KEEP = ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep")
+SFT_KEEP = ("trainer.max_ckpt_to_keep",)
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:~+@-]+$")
 
@@ -103,6 +108,71 @@ def _attention(prefix: str) -> list[str]:
 def _loggers(logger: Logger) -> list[str]:
     """Always verl's `file` logger too: its metrics JSONL in the stage folder is what memrl draws the curves from."""
     return ["console", "file", "wandb"] if logger == "wandb" else ["console", "file"]
+
+
+# --- micro batches by tokens -------------------------------------------------------------------------------------
+
+ACTOR_TOKENS = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"  # the log-prob passes follow it (oc.select)
+SFT_TOKENS = "data.max_token_len_per_gpu"
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """verl's dynamic batch size: each GPU's micro batches are packed with whole samples up to `per_gpu` tokens.
+
+    The budget is derived from the lengths: `micro_batch_size` samples of the longest length the stage allows, the
+    recipe's worst case, unless the stage's overrides set it. A micro-step then never holds more tokens (memory, and
+    under SDPA the packed row's attention) than a fixed micro batch of full-length samples, but shorter samples share
+    one instead of each taking a padded slot. `samples` is what one update hands each GPU."""
+
+    longest: int  # tokens of the longest sample: prompt + response budget (SFT: max_length)
+    lengths: str  # how `longest` is made, in words
+    micro: int  # the recipe's micro_batch_size
+    per_gpu: int
+    samples: int  # per GPU per update
+    gpus: int
+    given: bool  # set by the stage's overrides
+
+    def lines(self) -> list[str]:
+        rule = "set by the overrides" if self.given else f"{self.micro} (micro_batch_size) x {self.longest}"
+        fit = self.per_gpu // self.longest
+        longest = -(-self.samples // fit)  # ceil: micro-steps when every sample is the longest
+        half = -(-self.samples * self.longest // (2 * self.per_gpu))  # ... when they average half of it
+        return [
+            f"micro batches by tokens (use_dynamic_bsz): {self.per_gpu} tokens per GPU = {rule}; the longest sample "
+            f"is {self.longest} = {self.lengths}",
+            f"  an update is {self.samples} samples per GPU ({self.gpus} GPUs): {longest} micro-steps when every "
+            f"sample is that long, about {half} when they average half of it (fixed micro batches of {self.micro}: "
+            f"{-(-self.samples // self.micro)} whatever their length)",
+        ]
+
+
+def token_budget(
+    longest: int, lengths: str, micro: int, samples: int, gpus: int, overrides: Sequence[str], key: str
+) -> TokenBudget:
+    """The budget a stage packs its micro batches to; one that cannot hold its longest sample is refused."""
+    given = override_int(list(overrides), key)
+    per_gpu = given if given is not None else micro * longest
+    if per_gpu < longest:
+        raise ConfigError(f"{key}={per_gpu} cannot hold the longest sample ({longest} tokens = {lengths})")
+    return TokenBudget(longest, lengths, micro, per_gpu, samples, gpus, given is not None)
+
+
+def policy_budget(stage: PolicyOptimStage) -> TokenBudget:
+    """A GRPO stage's budget: one update is batch_size x rollouts samples over the trainer's GPUs."""
+    gpus = stage.cluster.nnodes * trainer_cluster(stage).gpus_per_node
+    longest = stage.max_prompt_length + stage.response_budget
+    lengths = f"{stage.max_prompt_length} prompt + {stage.response_budget} response"
+    samples = -(-stage.batch_size * stage.rollouts // gpus)
+    return token_budget(longest, lengths, stage.micro_batch_size, samples, gpus, stage.overrides, ACTOR_TOKENS)
+
+
+def sft_budget(stage: SFTStage) -> TokenBudget:
+    """An SFT stage's budget: one update is batch_size sequences of up to max_length over the trainer's GPUs."""
+    gpus = stage.cluster.nnodes * trainer_cluster(stage).gpus_per_node
+    samples = -(-stage.batch_size // gpus)
+    lengths = "max_length"
+    return token_budget(stage.max_length, lengths, stage.micro_batch_size, samples, gpus, stage.overrides, SFT_TOKENS)
 
 
 # --- concurrency over verl's workers ----------------------------------------------------------------------------
@@ -292,6 +362,10 @@ def policy_overrides(
         # One optimizer step per training step: the mini-batch is the whole batch of prompts.
         kv("actor_rollout_ref.actor.ppo_mini_batch_size", stage.batch_size),
         kv("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", mb),
+        # Micro batches packed by tokens (`policy_budget`); the rollout's and the reference's log-prob passes take
+        # the same switch and budget through verl's own interpolation.
+        kv("actor_rollout_ref.actor.use_dynamic_bsz", True),
+        kv(ACTOR_TOKENS, policy_budget(stage).per_gpu),
         kv("actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODE[stage.loss]),
         kv("actor_rollout_ref.actor.entropy_coeff", 0),
         kv("actor_rollout_ref.actor.use_kl_loss", stage.kl_coef > 0),
@@ -370,7 +444,8 @@ def stage_overrides(
         kv("trainer.total_epochs", stage.max_steps),
         *trainer,
         *_trainer_common(
-            stage.checkpoints.save_steps,
+            stage.checkpoints,
+            PPO_KEEP,
             trainer_cluster(stage),
             out_dir,
             run["experiment"],
@@ -443,8 +518,9 @@ def sft_overrides(
         kv("data.messages_key", "messages"),
         kv("data.train_batch_size", stage.batch_size),
         kv("data.micro_batch_size_per_gpu", stage.micro_batch_size),
-        # Fixed micro batches, as the recipe states them; verl's default packs by token budget instead.
-        kv("data.use_dynamic_bsz", False),
+        # Micro batches packed by tokens (`sft_budget`): short conversations share a micro-step.
+        kv("data.use_dynamic_bsz", True),
+        kv(SFT_TOKENS, sft_budget(stage).per_gpu),
         kv("data.max_length", stage.max_length),
         kv("data.truncation", "error"),
         kv("model.path", model_path),
@@ -469,13 +545,14 @@ def sft_overrides(
     if stage.max_steps is not None:
         out.append(kv("trainer.total_training_steps", stage.max_steps))
     out += _trainer_common(
-        stage.checkpoints.save_steps, trainer_cluster(stage), out_dir, experiment, project, logger, resume
+        stage.checkpoints, SFT_KEEP, trainer_cluster(stage), out_dir, experiment, project, logger, resume
     )
     return out + list(stage.overrides)
 
 
 def _trainer_common(
-    save_steps: int,
+    checkpoints: LoggingTarget,
+    keep_keys: Sequence[str],
     cluster: ClusterConfig,
     out_dir: Path,
     experiment: str,
@@ -484,9 +561,11 @@ def _trainer_common(
     resume: bool,
 ) -> list[str]:
     return [
-        kv("trainer.save_freq", save_steps),
-        kv("trainer.test_freq", save_steps),
+        kv("trainer.save_freq", checkpoints.save_steps),
+        kv("trainer.test_freq", checkpoints.save_steps),
         kv("trainer.default_local_dir", str(out_dir / CHECKPOINT_SUBDIR)),
+        # verl keeps every checkpoint unless told: ~90 GB per save of a 7B with its fp32 Adam state.
+        *(kv(key, checkpoints.keep) for key in keep_keys),
         # auto: continue from the newest global_step_N under default_local_dir when there is one.
         kv("trainer.resume_mode", "auto" if resume else "disable"),
         kv("trainer.project_name", project),

@@ -175,3 +175,23 @@ def _ppo_checks(cfg: DictConfig) -> None:
             raise ConfigError(f"verl ppo_trainer: lora_rank {rank} exceeds vLLM's maximum of {VLLM_MAX_LORA_RANK}")
         cfg.actor_rollout_ref.model.lora_rank = 0
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    _batch_checks(cfg)
+
+
+def _batch_checks(cfg: DictConfig) -> None:
+    """The batch checks verl 0.9.1 runs only for fixed micro batches (`validate_config`, `ActorConfig.validate`):
+    micro batches packed by tokens need the same whole mini batches and an even split over the GPUs."""
+    actor, data = cfg.actor_rollout_ref.actor, cfg.data
+    if not actor.use_dynamic_bsz:
+        return
+    if data.train_batch_size < actor.ppo_mini_batch_size:
+        raise ConfigError(
+            f"verl ppo_trainer: train_batch_size ({data.train_batch_size}) must be >= actor.ppo_mini_batch_size "
+            f"({actor.ppo_mini_batch_size})"
+        )
+    samples, gpus = data.train_batch_size * cfg.actor_rollout_ref.rollout.n, cfg.trainer.n_gpus_per_node
+    if samples % (gpus * cfg.trainer.nnodes):
+        raise ConfigError(
+            f"verl ppo_trainer: an update's {samples} samples (train_batch_size x rollout.n) must split evenly over "
+            f"the {gpus * cfg.trainer.nnodes} training GPUs"
+        )

@@ -157,6 +157,59 @@ def gain_interval(fused: Sequence[float], alone: Sequence[float]) -> dict[str, o
     return {"ci95": ci, "queries": queries}
 
 
+ALPHA_RULE = (
+    "the smallest alpha whose per-query recall@5 is within the dev noise of the best alpha's: "
+    "its paired bootstrap 95% interval against the best reaches 0"
+)
+
+
+@dataclass(frozen=True)
+class AlphaChoice:
+    """What `alpha_within_noise` chose and on what: the chosen `alpha` (None: no query has gold), the `best` alpha
+    by mean, the `sweep` of means, each alpha's `against_best` (`difference` and `ci95`, None under two queries) and
+    the `queries` with gold; alphas as strings, as JSON keys them."""
+
+    alpha: float | None
+    best: float | None
+    sweep: dict[str, float | None]
+    against_best: dict[str, dict[str, float | list[float] | None]]
+    queries: int
+
+
+def alpha_within_noise(per_query: Mapping[float, Sequence[float]]) -> AlphaChoice:
+    """Choose the fusion alpha from a sweep's per-query recall (alpha -> one value per query, NaN where a query has
+    no gold; every alpha over the same queries, in one order): the best alpha by mean (ties: the smaller), each
+    alpha's paired bootstrap interval against it, and the smallest alpha (the least retrieval) whose interval
+    reaches 0 (`ALPHA_RULE`). On a flat sweep that is the smallest alpha of the flat part, however noise orders the
+    means; on a peaked one, the peak or an alpha below it that the data cannot tell from it. Under two queries with
+    gold there is no noise to measure: the best."""
+    alphas = sorted(per_query)
+    columns = [per_query[a] for a in alphas]
+    if len({len(c) for c in columns}) > 1:
+        raise ValueError("alpha_within_noise: every alpha must be scored on the same queries")
+    names = [str(a) for a in alphas]
+    by_name = mean_scores((dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)), names)
+    means = {a: by_name[str(a)] for a in alphas}
+    sweep = {str(a): None if math.isnan(m) else round(m, 4) for a, m in means.items()}
+    scored = [a for a in alphas if not math.isnan(means[a])]
+    if not scored:
+        return AlphaChoice(None, None, sweep, {}, 0)
+    best = max(scored, key=lambda a: (round(means[a], 9), -a))
+    against: dict[str, dict[str, float | list[float] | None]] = {}
+    within = [best]
+    for a in scored:
+        found = paired_difference(per_query[a], per_query[best])
+        if found is None:
+            against[str(a)] = {"difference": None, "ci95": None}
+            continue
+        difference, (low, high) = found
+        against[str(a)] = {"difference": round(difference, 4), "ci95": [round(low, 4), round(high, 4)]}
+        if high >= -1e-9:  # the interval reaches 0: this alpha cannot be told from the best
+            within.append(a)
+    queries = sum(1 for v in per_query[best] if not math.isnan(v))
+    return AlphaChoice(min(within), best, sweep, against, queries)
+
+
 def table_lines(table: Mapping[str, Mapping[str, float | None]]) -> list[str]:
     """`side_by_side` as aligned text lines ('-' for a missing value), each column as wide as its name."""
     names = list(next(iter(table.values())))

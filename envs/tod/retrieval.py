@@ -189,15 +189,18 @@ def fuse(s_pre: Sequence[float], s_judger: Sequence[float], alpha: float, scale:
 
 def resolve_alpha(alpha: float | None, judger: str | Path | None) -> tuple[float, str]:
     """The fusion weight and where it came from: `alpha` when given, else the one the judger chose on its training
-    split (`JudgerInfo.alpha`), else DEFAULT_ALPHA."""
+    split (`JudgerInfo.alpha`, with the rule that chose it where the file records one), else DEFAULT_ALPHA."""
     if alpha is not None:
         return alpha, "given"
     if judger is not None:
         from memrl.rollout.judger.scorer import JUDGER_FILE, JudgerInfo, judger_folder
 
         folder = judger_folder(judger)
-        chosen = JudgerInfo.read(folder).alpha
-        if chosen is not None:
-            return float(chosen), f"chosen on the judger's training split ({folder / JUDGER_FILE})"
+        info = JudgerInfo.read(folder)
+        if info.alpha is not None:
+            where = folder / JUDGER_FILE
+            if info.alpha_rule:
+                return float(info.alpha), f"chosen on the judger's training split, {where}: {info.alpha_rule}"
+            return float(info.alpha), f"chosen on the judger's training split ({where})"
         return DEFAULT_ALPHA, f"default: {folder / JUDGER_FILE} holds no alpha"
     return DEFAULT_ALPHA, "default: no judger"

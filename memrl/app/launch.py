@@ -190,7 +190,7 @@ class JobPlan:
     path: Path  # where it goes, relative to the working dir
     runtime_env: dict[str, Any]
     stages: list[str]
-    gpus: dict[str, int]  # stage -> GPUs the job's own process needs (torchrun on the job's node)
+    gpus: dict[str, int]  # stage -> GPUs the job's own process needs (torchrun, in-process vLLM on the job's node)
     notes: list[str]
 
     def entrypoint(self, stage: str) -> str:
@@ -202,6 +202,7 @@ class JobPlan:
 
 def job_recipe(loaded: LoadedRecipe, dashboard: str) -> tuple[dict[str, Any], dict[str, int], list[str]]:
     """The resolved recipe, adapted to run stage by stage inside Ray jobs; GPUs per job; notes for the user."""
+    from memrl.app.stages.base import inprocess_gpus
     from memrl.app.stages.registry import kind_of
 
     recipe = loaded.recipe
@@ -211,8 +212,8 @@ def job_recipe(loaded: LoadedRecipe, dashboard: str) -> tuple[dict[str, Any], di
     notes: list[str] = []
     for name, stage in recipe.stages.items():
         job = kind_of(stage).job(stage, data["stages"][name], name, dashboard)
-        if job.gpus:
-            gpus[name] = job.gpus
+        if asked := max(job.gpus, inprocess_gpus(stage, recipe.models)):
+            gpus[name] = asked
         notes += job.notes
     return data, gpus, notes
 

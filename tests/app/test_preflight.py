@@ -163,15 +163,15 @@ def dashboard() -> Iterator[str]:
 
 @pytest.mark.parametrize(("mode", "warned"), [("disabled", True), ("old", True), ("token", False)])
 def test_launch_warns_on_a_job_server_without_authentication(
-    mode: str, warned: bool, dashboard: str, tmp_path: Path
+    mode: str, warned: bool, dashboard: str, tmp_path: Path, memrl_cli: MemrlCLI
 ) -> None:
-    from support import memrl_in_process
-
     from memrl.envs.ray_start import job_server_auth
 
     url = f"{dashboard}/{mode}"
     assert job_server_auth(url) is not warned
-    code, stderr = memrl_in_process(["launch", "generate", "--ray-address", url], cwd=tmp_path)
+    # A process of its own: Ray's loggers keep the stream they first saw, which in-process runs close behind them.
+    result = memrl_cli("launch", "generate", "--ray-address", url, cwd=tmp_path, timeout=300)
+    code, stderr = result.returncode, result.stderr
     # The stand-in takes no job: the launch then fails in its one line, after the warning.
     assert code == 2 and "Traceback" not in stderr and stderr.splitlines()[-1].startswith("memrl: error: "), stderr
     warnings = [line for line in stderr.splitlines() if line.startswith("memrl: warning: ")]

@@ -76,8 +76,7 @@ def test_reward_list_shows_every_reward_with_its_parts_and_needs(memrl_cli: Memr
 
 
 def test_registry_factories_resolve_and_parts_are_what_the_trainers_produce() -> None:
-    from support.scripted_agent import NoteFollowingAgent
-
+    from memrl.envs.collab.scripted_reader import ScriptedReader
     from memrl.train.rewards.next_session import NextSessionScorer
     from memrl.train.rewards.trl import episode_funcs, next_session_func, reward_funcs
 
@@ -87,4 +86,4 @@ def test_registry_factories_resolve_and_parts_are_what_the_trainers_produce() ->
     judged = [f.__name__ for f in reward_funcs(RewardConfig(length_penalty=LengthPenaltyConfig()))]
     assert judged == [p for name in ("coverage", "format", "length") for p in REWARDS[name].parts]
     assert [f.__name__ for f in episode_funcs()] == list(REWARDS["collab_episode"].parts)
-    assert (next_session_func(NextSessionScorer(NoteFollowingAgent()), {}).__name__,) == REWARDS["next_session"].parts
+    assert (next_session_func(NextSessionScorer(ScriptedReader()), {}).__name__,) == REWARDS["next_session"].parts

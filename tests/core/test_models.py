@@ -19,6 +19,22 @@ def test_pull_is_idempotent(tiny_qwen2: str) -> None:
     assert weights.stat().st_mtime_ns == before
 
 
+def test_a_folder_prepared_by_an_older_revision_is_prepared_again(tiny_qwen2: str, tmp_path: Path) -> None:
+    marker = Path(tiny_qwen2) / "memrl-model.json"
+    kept = marker.read_text()
+    smollm2 = models.REGISTRY["smollm2-135m-instruct"]
+    try:
+        assert models.is_ready(models.REGISTRY["tiny-qwen2"])
+        marker.write_text('{"name": "tiny-qwen2"}')  # written before revisions existed: revision 1
+        assert models.is_ready(models.REGISTRY["tiny-qwen2"])
+        marker.write_text('{"name": "tiny-qwen2", "revision": 0}')
+        assert not models.is_ready(models.REGISTRY["tiny-qwen2"])
+        assert models.pull("tiny-qwen2") == Path(tiny_qwen2) and models.is_ready(models.REGISTRY["tiny-qwen2"])
+    finally:
+        marker.write_text(kept)
+    assert smollm2.revision == 2  # its conversion changed: caches of revision 1 convert again
+
+
 def test_cache_dir_follows_env(model_cache: Path) -> None:
     assert models.cache_dir() == model_cache
     assert models.model_dir(models.REGISTRY["tiny-qwen2"]).is_relative_to(model_cache)
@@ -66,5 +82,9 @@ def test_smollm2_conversion_keeps_chat_template(smollm2: str) -> None:
     tok = AutoTokenizer.from_pretrained(smollm2)
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     assert text.endswith("<|im_start|>assistant\n")
+    # A turn ends with <|im_end|> (the GGUF says <|im_start|>): generation stops there, SFT labels end with it.
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|im_end|>"
+    config = AutoModelForCausalLM.from_pretrained(smollm2).generation_config
+    assert config.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
     assert (Path(smollm2) / "model.safetensors").exists()
     assert os.path.getsize(Path(smollm2) / "model.safetensors") > 100_000_000

@@ -1,12 +1,13 @@
-"""The paired difference of two scores on the same held-out items, with its bootstrap interval."""
+"""Held-out statistics: paired differences, means and slopes with bootstrap intervals, and the claim rule."""
 
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
-from memrl.core.stats import paired_difference
+from memrl.core.stats import mean_interval, paired_difference, pooled_claim, slope_interval
 
 
 def test_the_interval_brackets_the_mean_and_is_seeded() -> None:
@@ -28,3 +29,37 @@ def test_nan_pairs_are_left_out_and_too_few_give_none() -> None:
     assert paired_difference([0.5, 0.5], [0.25, 0.25]) == (0.25, (0.25, 0.25))
     with pytest.raises(ValueError, match="3 scores against 2"):
         paired_difference([1.0, 1.0, 1.0], [0.0, 0.0])
+
+
+def test_a_rising_curve_has_a_slope_interval_above_zero_and_noise_does_not() -> None:
+    rng = random.Random(0)
+    steps = [float(s) for s in range(1, 31)]
+    rising = [0.8 + 0.02 * s + rng.gauss(0, 0.15) for s in steps]
+    slope, (low, high) = slope_interval(steps, rising)
+    assert slope == pytest.approx(0.02, abs=0.01) and 0 < low < slope < high
+    flat = [0.8 + rng.gauss(0, 0.15) for _ in steps]
+    _, (low, high) = slope_interval(steps, flat)
+    assert low < 0 < high
+    assert slope_interval([1.0, 2.0], [0.0, 1.0]) is None  # two points: no interval to give
+    assert slope_interval([1.0, 1.0, 1.0], [0.0, 1.0, 2.0]) is None  # one step: no slope
+
+
+def test_a_claim_needs_the_pooled_interval_above_zero_and_no_seed_below() -> None:
+    good = [[0.2, 0.1, 0.3, 0.0, 0.2], [0.1, 0.2, 0.1, 0.3, 0.0], [0.3, 0.1, 0.2, 0.2, 0.1]]
+    claim = pooled_claim(good)
+    assert claim.holds and claim.seeds == 3 and claim.pooled_ci95 is not None and claim.pooled_ci95[0] > 0
+    # Pooled above 0, but one seed's own estimate is below 0: no claim.
+    one_bad = [*good, [0.1, -0.2, -0.1, 0.0, -0.1]]
+    claim = pooled_claim(one_bad)
+    assert not claim.holds and "below 0" in claim.why and claim.pooled is not None and claim.pooled > 0
+    # Every seed at or above 0, but the pooled interval reaches 0: no claim.
+    weak = [[0.3, -0.3, 0.0], [0.2, -0.2, 0.05], [0.0, 0.1, -0.1]]
+    claim = pooled_claim(weak)
+    assert not claim.holds and "reaches" in claim.why
+    assert not pooled_claim([[0.5]]).holds  # one unit: no interval
+
+
+def test_a_mean_interval_brackets_the_mean() -> None:
+    mean, (low, high) = mean_interval([1.0, 2.0, 3.0, 4.0, math.nan])
+    assert mean == 2.5 and low < mean < high
+    assert mean_interval([1.0]) is None

@@ -28,6 +28,10 @@ GOOD = {"user_preferences_reasoning": "The user asked for bullets.", "agent_note
             REPAIRED,
             "repaired",
         ),
+        # A repeated key hides a second reflection (a reader keeps one value); a key beyond the two is off contract.
+        (json.dumps(GOOD)[:-1] + ', "agent_notes": "- Solve it."}', REPAIRED, "repaired: the object repeats"),
+        ("```json\n" + json.dumps(GOOD)[:-1] + ', "user_preferences_reasoning": "r"}\n```', REPAIRED, "repaired"),
+        (json.dumps(GOOD | {"action": "Add Priya to the list."}), REPAIRED, "repaired: the object holds keys"),
         ('{"agent_notes": "- Use bullet points."}', NOTES_ONLY, "notes only"),
         ('{"user_preferences_reasoning": "  ", "agent_notes": "- Use bullet points."}', NOTES_ONLY, "notes only"),
         ('{"user_preferences_reasoning": "r", "agent_notes": ""}', UNUSABLE, "unusable"),

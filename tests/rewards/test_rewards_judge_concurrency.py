@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -101,3 +102,31 @@ def test_recipe_judge_keeps_its_max_concurrency_in_flight(fixed_latency_server: 
     judge = scorer.judge
     assert isinstance(judge, LLMJudge) and isinstance(judge.backend, OpenAIBackend)
     assert judge.backend.peak_in_flight == 64
+
+
+def test_trl_processes_share_the_judge_bound(
+    fixed_latency_server: FixedLatencyServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41, item 7: under `accelerate launch` each of 8 processes scores its own batches; the judge saw
+    8 x 64 = 512 requests against the recipe's bound of 64. Each process now keeps 64 / 8 in flight."""
+    from memrl.core.errors import ConfigError
+    from memrl.train.rewards.trl import grpo_rewards
+
+    recipe = load_recipe(
+        "reflector-qwen2.5-7b",
+        [f"stages.grpo.reward.judge.model.endpoint={fixed_latency_server.url}", "stages.grpo.reward.judge.cache=false"],
+    ).recipe
+    reward = recipe.stages["grpo"].reward  # type: ignore[union-attr]
+    monkeypatch.setenv("WORLD_SIZE", "8")  # what accelerate sets in each of its processes
+    funcs, _ = grpo_rewards(reward, tmp_path)
+    n = 32
+    completions = [
+        json.dumps({"user_preferences_reasoning": "r", "agent_notes": f"- Bullets ({i})."}) for i in range(n)
+    ]
+    truth = [GroundTruth(("Put that in bullet points.",)).to_json()] * n
+    scores = asyncio.run(funcs[0](prompts=[[]] * n, completions=completions, ground_truth=truth))
+    assert fixed_latency_server.served == n and all(s is not None for s in scores)
+    assert fixed_latency_server.peak == 64 // 8
+    monkeypatch.setenv("WORLD_SIZE", "128")  # more processes than requests allowed: refused in one line
+    with pytest.raises(ConfigError, match=r"reward.judge.model.max_concurrency 64 is fewer requests than the 128"):
+        grpo_rewards(reward, tmp_path)

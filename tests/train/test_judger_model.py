@@ -450,6 +450,14 @@ def test_eval_judger_cli_writes_every_metric_and_resumes(minilm_judger: Path, pa
     assert metrics["alpha_sweep"]["1.0"]["recall@5"] == metrics["retrieval_recall@5"]
     assert metrics["alpha_sweep"]["0.0"]["recall@1"] == metrics["judger_recall@1"]
     assert metrics["alpha_sweep"]["0.0"]["pair_recall@3"] == metrics["judger_pair_recall@3"]
+    per_query = metrics["alpha_sweep_recall@5_per_query"]  # the sweep's means, query by query
+    assert list(per_query) == list(metrics["alpha_sweep"]) and len(metrics["query_ids"]) == 8
+    for a, values in per_query.items():
+        assert len(values) == 8 and None not in values  # every query of these pairs has gold
+        assert sum(values) / len(values) == pytest.approx(metrics["alpha_sweep"][a]["recall@5"], abs=1e-4)
+    effect = metrics["recall@5_per_query"]  # fused at the alpha used, retrieval alone, the judger alone
+    for name, key in (("fused", "recall@5"), ("retrieval", "retrieval_recall@5"), ("judger", "judger_recall@5")):
+        assert sum(effect[name]) / 8 == pytest.approx(metrics[key], abs=1e-4), name
     for k in (1, 3, 5):  # no ranking beats the ceiling
         for ranking in ("", "retrieval_", "judger_"):
             assert metrics[f"{ranking}recall@{k}"] <= metrics[f"ceiling_recall@{k}"]
@@ -473,6 +481,7 @@ def test_eval_without_a_judger_is_retrieval_only(pairs: Path, tmp_path: Path) ->
     assert metrics["recall@5"] == metrics["retrieval_recall@5"]
     assert metrics["pair_recall@5"] == metrics["retrieval_pair_recall@5"]
     assert metrics["auc"] is None and metrics["judger_recall@1"] is None and metrics["alpha_sweep"] is None
+    assert metrics["alpha_sweep_recall@5_per_query"] is None and metrics["recall@5_per_query"] is None
     assert metrics["judger_pair_recall@1"] is None and 0.0 < metrics["ceiling_recall@1"] <= 1.0
     assert not (tmp_path / "scores.jsonl").exists()
 

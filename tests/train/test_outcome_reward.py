@@ -1,6 +1,6 @@
 """The next-session outcome reward: notes in the user's next session against the same session without them.
 
-The note-following scripted agent (tests/support/scripted_agent.py) meets exactly the preferences its notes state,
+The scripted reader (memrl.envs.collab.scripted_reader) meets exactly the preferences its notes state,
 so the reward measures the notes alone: faithful notes must beat empty and wrong ones.
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from support import ReflectionRows
-from support.scripted_agent import NoteFollowingAgent, compose_reply, stated_preferences
 
 from memrl.core.preferences import TAXONOMY, get_preference
 from memrl.data_gen.gold import compose_notes
@@ -25,6 +24,7 @@ from memrl.envs.collab.checkers import TurnContext, Verdict, check
 from memrl.envs.collab.next_session import NextSessionRow, load_rows
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile, sample_profiles
+from memrl.envs.collab.scripted_reader import ScriptedReader, compose_reply, read_habits
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession
 from memrl.rewards.config import NextSessionRewardConfig, RewardConfig
 from memrl.rollout.base import Message
@@ -52,17 +52,17 @@ def reflection(notes: str) -> str:
 
 
 def scorer(**kwargs: Any) -> NextSessionScorer:
-    return NextSessionScorer(NoteFollowingAgent(), max_turns=2, **kwargs)
+    return NextSessionScorer(ScriptedReader(), max_turns=2, **kwargs)
 
 
 def test_the_scripted_agent_meets_what_its_notes_state() -> None:
     for profile in sample_profiles(60, seed=3):
         notes = compose_notes(profile.preferences)
-        assert set(profile.preferences) <= stated_preferences(notes) | {"narrative", "intuitive"}
-        reply = compose_reply(stated_preferences(notes))
+        assert set(profile.preferences) <= read_habits(notes) | {"narrative", "intuitive"}
+        reply = compose_reply(read_habits(notes))
         verdicts = [check(pid, reply, TurnContext(winding_down=True)).verdict for pid in profile.preferences]
         assert Verdict.VIOLATED not in verdicts, (profile.preferences, reply)
-    assert stated_preferences("") == frozenset()
+    assert read_habits("") == frozenset()
 
 
 def test_a_sessions_share_is_graded_per_preference() -> None:
@@ -137,7 +137,7 @@ def test_a_failed_session_gives_none_never_zero_and_is_not_cached() -> None:
     assert asyncio.run(s.ascore([(compose_notes(ROWS[0].preferences), ROWS[0])]))[0].score is not None
 
 
-class _FailingAgent(NoteFollowingAgent):
+class _FailingAgent(ScriptedReader):
     async def replies(self, requests: Sequence[tuple[str, list[Message]]]) -> list[str]:
         raise TimeoutError("agent model timed out")
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from support import ReflectionRows
-from support.scripted_agent import NoteFollowingAgent
 
 from memrl.core.preferences import TAXONOMY, get_preference
 from memrl.envs.collab.agents import oracle_notes
 from memrl.envs.collab.next_session import NextSessionRow, wrong_preferences
 from memrl.envs.collab.profiles import sample_profiles
+from memrl.envs.collab.scripted_reader import ScriptedReader
 from memrl.rewards.config import NextSessionRewardConfig
 from memrl.train.report import write_report
 from memrl.train.rewards.next_session import NextSessionScorer
@@ -128,7 +128,7 @@ def test_a_note_follower_passes_the_calibration_and_ranks_the_models(
     """The scripted agent meets what its notes state: oracle notes must beat empty ones, and the reflector whose notes
     name every preference comes first."""
     data, eval_dir = _eval_dir(tmp_path, ROWS, reflection_rows)
-    scorer = NextSessionScorer(NoteFollowingAgent(), max_turns=2)
+    scorer = NextSessionScorer(ScriptedReader(), max_turns=2)
     out = outcome_report(NextSessionRewardConfig(), data, eval_dir, list(LABELS), scorer=scorer, resamples=500)
     print(f"calibration, scripted note follower, {len(ROWS)} users: {out['calibration']}")
     assert out["calibration"]["can_rank"] is True and out["calibration"]["wrong_minus_empty"] <= 0
@@ -166,7 +166,7 @@ def test_one_row_per_user_and_at_most_the_users_asked_for(tmp_path: Path, reflec
         for s in (0, 1)
     ]
     data, eval_dir = _eval_dir(tmp_path, rows, reflection_rows)
-    scorer = NextSessionScorer(NoteFollowingAgent(), max_turns=1)
+    scorer = NextSessionScorer(ScriptedReader(), max_turns=1)
     out = outcome_report(NextSessionRewardConfig(), data, eval_dir, list(LABELS), scorer=scorer, users=3, resamples=100)
     played = [json.loads(line)["key"] for line in (eval_dir / CALIBRATION_FILE).read_text().splitlines()]
     assert played == [f"{r.user_id}/s0" for r in ROWS[:3]] and out["n"] == 3

@@ -69,3 +69,23 @@ def test_a_full_model_is_only_put_in_eval_mode(tiny_qwen2: str) -> None:
     with sampling_policy(model, merge=True):
         assert not model.training
     assert model.training
+
+
+def test_sampling_in_bf16_gives_every_parameter_back_its_own_fp32_tensor(tiny_qwen2: str) -> None:
+    """Where the loss runs under bf16 autocast, the rollouts are sampled in bf16: inside, every parameter is bf16
+    and the policy is the adapted one within bf16 rounding; afterwards each parameter is its fp32 self again, the
+    same tensor objects, so the optimizer's state and the trainable weights lose nothing."""
+    model = _adapted(tiny_qwen2)
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7]])
+    model.eval()
+    policy = _logits(model, ids)
+    model.train()
+    before = {name: (p, p.data, p.detach().clone()) for name, p in model.named_parameters()}
+    with sampling_policy(model, merge=True, dtype=torch.bfloat16):
+        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+        sampled = _logits(model, ids).float()
+    drift = (sampled - policy).abs().max() / policy.abs().max()
+    assert 0 < drift < 0.03  # bf16 rounding (about 1% here), nothing more
+    for name, param in model.named_parameters():
+        same, data, value = before[name]
+        assert param is same and param.data.data_ptr() == data.data_ptr() and torch.equal(param, value), name

@@ -26,6 +26,7 @@ from memrl.core.yamlsafe import load_yaml
 from memrl.train.backends import StageRun
 from memrl.train.config import LoraConfig, SFTStage
 from memrl.train.launch import run_logged
+from memrl.train.placement import trainer_cluster, trainer_env
 
 TRAIN_DATASET = "memrl_reflection_train"
 EVAL_DATASET = "memrl_reflection_eval"
@@ -125,7 +126,7 @@ def sft_yaml(
     `dataset_dir` is the folder holding dataset_info.json (see `dataset_folder`). A relative `deepspeed` entry is
     resolved next to the YAML by `write_yaml`, which also writes the ZeRO-2 config there.
     """
-    world = 1 if cpu else stage.cluster.nnodes * stage.cluster.gpus_per_node
+    world = 1 if cpu else stage.cluster.nnodes * trainer_cluster(stage).gpus_per_node
     per_step = stage.micro_batch_size * world
     if stage.batch_size % per_step:
         raise ConfigError(
@@ -157,6 +158,7 @@ def sft_yaml(
         "logging_steps": stage.checkpoints.logging_steps,
         "save_strategy": "steps",
         "save_steps": stage.checkpoints.save_steps,
+        "save_total_limit": stage.checkpoints.keep,
         "plot_loss": True,
         # LLaMA-Factory resumes from the newest checkpoint-N in output_dir unless told to overwrite it.
         "overwrite_output_dir": not resume,
@@ -221,11 +223,13 @@ def write_yaml(args: Mapping[str, Any], path: Path) -> Path:
 
 
 def launch_env(stage: SFTStage, cpu: bool) -> dict[str, str]:
-    """Variables LLaMA-Factory's launcher reads: torchrun across this node's GPUs, and the node count."""
+    """Variables LLaMA-Factory's launcher reads: torchrun across the GPUs of this node the placement plan leaves the
+    trainer (the others hold served models), and the node count."""
     if cpu:
         return {"CUDA_VISIBLE_DEVICES": ""}
-    env = {"NPROC_PER_NODE": str(stage.cluster.gpus_per_node), "NNODES": str(stage.cluster.nnodes)}
-    if stage.cluster.nnodes * stage.cluster.gpus_per_node > 1:
+    per_node = trainer_cluster(stage).gpus_per_node
+    env = {"NPROC_PER_NODE": str(per_node), "NNODES": str(stage.cluster.nnodes), **trainer_env(stage)}
+    if stage.cluster.nnodes * per_node > 1:
         env["FORCE_TORCHRUN"] = "1"
     return env
 
@@ -288,5 +292,9 @@ def run(stage: SFTStage, where: StageRun, base: str, data: Path) -> None:
 
 
 def describe(stage: SFTStage, where: StageRun, base: str, data: Path) -> list[str]:
+    """The command with the variables it runs under on a GPU node, then the stage's placement plan."""
+    from memrl.train.placement import stage_plan
+
     _stage_yaml(stage, where, base, data, dry_run=True)  # refuses knobs LLaMA-Factory lacks, here too
-    return [f"llamafactory-cli train {where.out_dir / YAML_FILE}"]
+    env = " ".join(f"{k}={v}" for k, v in launch_env(stage, cpu=False).items())
+    return [f"{env} llamafactory-cli train {where.out_dir / YAML_FILE}", stage_plan(stage, base).text()]

@@ -188,11 +188,9 @@ def run_collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -
 def placement_lines(stage: SFTStage | GRPOStage | CollabGRPOStage, base: str) -> list[str]:
     """The stage's `placement:` block (memrl.train.placement): GPUs and memory fraction per model; a plan that
     cannot fit the node is refused here, in one line."""
-    from memrl.train.placement import plan
+    from memrl.train.placement import stage_plan
 
-    rollout = not isinstance(stage, SFTStage)
-    label = "policy (verl actor + rollout)" if rollout else "policy (verl SFT)"
-    return [plan(stage, base, trainer=label, rollout=rollout).text()]
+    return [stage_plan(stage, base).text()]
 
 
 def _shown(command: VerlCommand) -> str:
@@ -201,12 +199,22 @@ def _shown(command: VerlCommand) -> str:
     return format_command(command.argv)
 
 
+def budget_lines(stage: SFTStage | GRPOStage | CollabGRPOStage) -> list[str]:
+    """How the stage's micro batches are packed by tokens, with the arithmetic (memrl.train.verl_overrides)."""
+    from memrl.train.verl_overrides import policy_budget, sft_budget
+
+    budget = sft_budget(stage) if isinstance(stage, SFTStage) else policy_budget(stage)
+    return ["\n".join(budget.lines())]
+
+
 def describe_sft(stage: SFTStage, where: StageRun, base: str, data: Path) -> list[str]:
-    return [_shown(sft_command(stage, where, base, data, dry_run=True)), *placement_lines(stage, base)]
+    command = _shown(sft_command(stage, where, base, data, dry_run=True))
+    return [command, *budget_lines(stage), *placement_lines(stage, base)]
 
 
 def describe_grpo(stage: GRPOStage, where: StageRun, base: str, data: Path) -> list[str]:
-    return [_shown(grpo_command(stage, where, base, data, dry_run=True)), *placement_lines(stage, base)]
+    command = _shown(grpo_command(stage, where, base, data, dry_run=True))
+    return [command, *budget_lines(stage), *placement_lines(stage, base)]
 
 
 def describe_collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -> list[str]:
@@ -215,5 +223,6 @@ def describe_collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Pa
     return [
         f"verl agent loop memrl_collab from {stage.init or base}: {sessions(stage)}; sessions written to {data}",
         _shown(collab_command(stage, where, base, data, dry_run=True)),
+        *budget_lines(stage),
         *placement_lines(stage, base),
     ]

@@ -174,6 +174,22 @@ def evaluate_judger(
         "ece": _round(ece(labels, probs)) if judged is not None else None,
         "side_by_side": side_by_side(metrics, ks),
         "alpha_sweep": {str(a): recalls(a) for a in alphas} if judged is not None else None,
+        # Each query's recall@5 per alpha (null without gold), in `query_ids` order: the sweep's noise.
+        f"alpha_sweep_recall@{GAIN_K}_per_query": (
+            {str(a): [None if math.isnan(v) else v for v in per_query(a)] for a in alphas}
+            if judged is not None
+            else None
+        ),
+        # The held-out effect per query (fused at `alpha`, retrieval alone, the judger alone), for pooling seeds.
+        f"recall@{GAIN_K}_per_query": (
+            {
+                name: [None if math.isnan(v) else v for v in per_query(key)]
+                for name, key in (("fused", alpha), ("retrieval", "retrieval"), ("judger", "judger"))
+            }
+            if judged is not None
+            else None
+        ),
+        "query_ids": list(queries),
         "alpha": alpha,
         "alpha_source": alpha_source,
         "fusion": fusion,

@@ -19,6 +19,7 @@ from typing import Any
 
 from memrl.core.checkpoints import CheckpointInfo, portable_ref, resolve_model
 from memrl.core.errors import ConfigError
+from memrl.envs.tod.ranking import ALPHA_RULE, GAIN_K, alpha_within_noise
 from memrl.rollout.judger.heads import Head, build_head
 from memrl.rollout.judger.scorer import JudgerInfo
 from memrl.train.config import JudgerStage
@@ -36,7 +37,7 @@ from memrl.train.judger.data import (
     split_dev,
 )
 from memrl.train.judger.launch import deepspeed_config
-from memrl.train.trl_common import TrainContext, apply_overrides, base_args, resume_point
+from memrl.train.trl_common import TrainContext, apply_overrides, base_args, master_dtype, resume_point
 
 
 def _trainer_class() -> type:
@@ -64,7 +65,7 @@ def _trainer_class() -> type:
 
 
 ALPHA_GRID = tuple(round(i / 10, 1) for i in range(11))
-ALPHA_METRIC = "recall@5"
+ALPHA_METRIC = f"recall@{GAIN_K}"  # the per-query recall `evaluate_judger` gives for each alpha of the sweep
 
 
 def world_size() -> int:
@@ -116,7 +117,7 @@ def training_split(
 def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: TrainContext) -> Path:
     """Train on `data_dir`'s train split; resume from the stage's last checkpoint; returns `final/`."""
     import torch
-    from transformers import AutoTokenizer, TrainingArguments
+    from transformers import AutoTokenizer, TrainingArguments, set_seed
 
     rows, dev = training_split(stage, data_dir, ctx)
     train = PairsDataset(rows)
@@ -128,9 +129,7 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
             f"stages.{ctx.stage}: batch_size ({stage.batch_size}) must be a multiple of micro_batch_size "
             f"({stage.micro_batch_size}) x {world} GPU(s)"
         )
-    args = base_args(
-        ctx, lr=stage.lr, save_steps=stage.checkpoints.save_steps, logging_steps=stage.checkpoints.logging_steps
-    )
+    args = base_args(ctx, lr=stage.lr, checkpoints=stage.checkpoints)
     if stage.bf16 is not None:
         args["bf16"] = stage.bf16
     if stage.deepspeed is not None:
@@ -142,7 +141,6 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
         max_steps=_max_steps(stage, len(train)),
         per_device_train_batch_size=stage.micro_batch_size,
         gradient_accumulation_steps=stage.batch_size // per_step,
-        save_total_limit=2,
         remove_unused_columns=False,  # the collator tokenises JudgerInputs; nothing to drop
         label_names=["labels"],
     )
@@ -154,9 +152,13 @@ def train_judger(stage: JudgerStage, base_model: str, data_dir: Path, ctx: Train
     path = resolve_model(base_model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     head = build_head(stage.head, tokenizer, stage.max_length)
-    # bf16 weights where an optimiser keeps fp32 copies (DeepSpeed) or only fp32 adapters train (LoRA).
+    # bf16 weights where an optimiser keeps fp32 copies (DeepSpeed) or only fp32 adapters train (LoRA); float32
+    # otherwise, also from a bf16 checkpoint, which transformers 5 would load as bf16 (see master_dtype).
     low_precision = torch.cuda.is_available() and bool(args["bf16"]) and (stage.lora or stage.deepspeed)
-    model = head.load_model(path, dtype=torch.bfloat16 if low_precision else None)
+    # The head's new weights (a cross-encoder's classifier, LoRA's A) are drawn here, before the Trainer seeds:
+    # seeded now, one seed is one run.
+    set_seed(ctx.seed)
+    model = head.load_model(path, dtype=torch.bfloat16 if low_precision else master_dtype(stage.lora is None))
     if stage.lora is not None:
         from peft import get_peft_model
 
@@ -217,16 +219,20 @@ def _save_final(
         loss_chart(trainer.state.log_history, ctx.out_dir / LOSS_CURVE, title=f"{ctx.run_name} (judger BCE)")
         JudgerInfo(stage.head, base, stage.max_length, adapter).save(final)
         if dev:
-            alpha = alpha_on_dev(final, dev, ctx.out_dir, stage)
-            JudgerInfo(stage.head, base, stage.max_length, adapter, alpha).save(final)
+            alpha, rule = alpha_on_dev(final, dev, ctx.out_dir, stage)
+            JudgerInfo(stage.head, base, stage.max_length, adapter, alpha, rule).save(final)
         CheckpointInfo(base, f"judger-{stage.head}", ctx.stage, int(trainer.state.global_step), adapter).save(final)
     return final
 
 
-def alpha_on_dev(final: Path, dev: list[dict[str, Any]], out_dir: Path, stage: JudgerStage) -> float | None:
-    """The fusion alpha of ALPHA_GRID with the best fused recall@5 on the dev individuals (ties: the larger, i.e.
-    the more retrieval), ranked as evaluation ranks; the sweep goes to `alpha_selection.json`. `dev_auc` is over
-    the pairs scored: the retrieved ones and the positives. None: no recall to compare."""
+def alpha_on_dev(
+    final: Path, dev: list[dict[str, Any]], out_dir: Path, stage: JudgerStage
+) -> tuple[float | None, str | None]:
+    """The fusion alpha of ALPHA_GRID chosen on the dev individuals, ranked as evaluation ranks, and how, in a few
+    words: the smallest alpha whose per-query recall@5 is within the paired bootstrap noise of the best alpha's
+    (`ranking.alpha_within_noise`). The sweep, each alpha's interval against the best and the rule go to
+    `alpha_selection.json`; `dev_auc` is over the pairs scored (the retrieved ones and the positives). None: no
+    recall to compare."""
     from memrl.train.judger.evaluate import evaluate_judger
 
     folder = out_dir / "alpha_dev"
@@ -237,18 +243,27 @@ def alpha_on_dev(final: Path, dev: list[dict[str, Any]], out_dir: Path, stage: J
     metrics = evaluate_judger(
         str(final), pairs, folder, retriever=retriever, top_units=top_units, alpha=0.5, alphas=ALPHA_GRID
     )
-    sweep = {a: metrics["alpha_sweep"][str(a)][ALPHA_METRIC] for a in ALPHA_GRID}
-    scored = [(value, a) for a, value in sweep.items() if value is not None]
-    alpha = max(scored)[1] if scored else None
+    per_query = metrics[f"alpha_sweep_{ALPHA_METRIC}_per_query"]
+    choice = alpha_within_noise(
+        {a: [math.nan if v is None else float(v) for v in per_query[str(a)]] for a in ALPHA_GRID}
+    )
+    note = None
+    if choice.alpha is not None:
+        note = (f"the smallest alpha within the dev noise of the best, alpha {choice.best} at {ALPHA_METRIC} "
+                f"{choice.sweep[str(choice.best)]:.3f} over {choice.queries} dev queries")  # fmt: skip
     selection = {
-        "alpha": alpha,
+        "alpha": choice.alpha,
+        "rule": ALPHA_RULE,
+        "best": choice.best,
         "metric": ALPHA_METRIC,
-        "sweep": {str(a): v for a, v in sweep.items()},
+        "sweep": choice.sweep,
+        "against_best": choice.against_best,
         "dev_individuals": len({r["persona_id"] for r in dev}),
         "dev_queries": metrics.get("queries"),
+        "dev_queries_with_gold": choice.queries,
         "dev_auc": metrics.get("auc"),
         "retriever": retriever,
         "top_units": top_units,
     }
     (out_dir / "alpha_selection.json").write_text(json.dumps(selection, indent=2))
-    return alpha
+    return choice.alpha, note

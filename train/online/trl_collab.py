@@ -13,6 +13,8 @@ from memrl.core.checkpoints import tokenizer_source
 from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES
 from memrl.train.backends import CURVES_FILE
 from memrl.train.curves import Chart, Panel, draw
+from memrl.train.distributed import world_size
+from memrl.train.endpoints import per_process
 from memrl.train.online.chat_tokens import TurnTokens
 from memrl.train.online.config import CollabGRPOStage
 from memrl.train.online.episodes import episode_rows, episode_source
@@ -59,7 +61,8 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
     model, lora, base = policy_model(stage, base_model)
     project_labelled_tokens_only()
     with contextlib.ExitStack() as stack:  # the episodes' actors (env.workers) and clients end with the run
-        episodes = episode_source(stage.env, stage.max_turn_tokens)
+        # each of the launch's processes plays its own sessions: the user model's bound is shared among them
+        episodes = episode_source(per_process(stage.env, world_size(), "env"), stage.max_turn_tokens)
         stack.callback(episodes.close)
         player = Player(episodes, TurnTokens.of(tokenizer), stage.max_turn_tokens, stage.max_episode_tokens)
         resumed = resume_point(ctx.out_dir)

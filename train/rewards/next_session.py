@@ -35,6 +35,7 @@ from memrl.envs.collab.next_session import (
     session_share,
 )
 from memrl.envs.collab.problems import Problem, load_problems
+from memrl.envs.collab.scripted_reader import ScriptedReader
 from memrl.envs.collab.session import CollabEpisode, SessionSpec
 from memrl.envs.collab.user_sim import RuleUserSimulator
 from memrl.rewards.config import NextSessionRewardConfig
@@ -230,13 +231,19 @@ def build_scorer(cfg: NextSessionRewardConfig) -> NextSessionScorer:
         from memrl.train.rewards.next_session_actors import ActorScorer
 
         return ActorScorer(cfg)
-    backends = [build_backend(cfg.agent)]
+    backends: list[ChatBackend] = []
+    agent: NoteAgent
+    if isinstance(cfg.agent, str):
+        agent = ScriptedReader()
+    else:
+        backends.append(build_backend(cfg.agent))
+        agent = ModelAgent(backends[0], cfg.sampling.params(), name=cfg.agent.model, reply=cfg.reply)
     judge = None
     if cfg.judge is not None:
         backends.append(build_backend(cfg.judge))
         judge = LLMPreferenceJudge(backends[-1])
     return NextSessionScorer(
-        ModelAgent(backends[0], cfg.sampling.params(), name=cfg.agent.model, reply=cfg.reply),
+        agent,
         max_turns=cfg.max_turns,
         seed=cfg.seed,
         problems=cfg.problems,

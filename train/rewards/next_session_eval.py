@@ -162,7 +162,8 @@ def outcome_report(
         units[label] = by_user([rows[ln["key"]] for ln in scored[label]], [p.with_notes for p in mine[label]])
     report = rank_reflectors(units, labels, seed=cfg.seed, resamples=resamples)
     return report | {
-        "agent": cfg.agent.model,
+        "agent": cfg.reader,
+        "reader": cfg.reader,
         "max_turns": cfg.max_turns,
         "unit": "user (the first held-out row of each)",
         "outcome_agreement": _agreement(scored, mine),

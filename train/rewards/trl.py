@@ -36,6 +36,8 @@ from memrl.rewards.config import RewardConfig
 from memrl.rewards.format import extract_notes
 from memrl.rewards.reward import RewardScorer
 from memrl.rewards.unscored import UnscoredWatch
+from memrl.train.distributed import world_size
+from memrl.train.endpoints import per_process
 from memrl.train.rewards.next_session import NextSessionScorer, build_scorer
 
 JUDGE_FAILED_METRIC = "reward/judge_failed"
@@ -169,7 +171,9 @@ def grpo_rewards(
 ) -> tuple[list[RewardFunc], list[float]]:
     """(reward_funcs, reward_weights) for GRPOTrainer: the judge reward's, plus the next-session outcome and its
     weight when `reward.outcome` is set (its rows from `outcome.data` or `data_dir`); `watch` stops the run when the
-    judge keeps failing."""
+    judge keeps failing. Each of the launch's processes scores its own batches with its own clients: every
+    endpoint's `max_concurrency` is divided over them (`per_process`), so the judge sees the recipe's bound."""
+    reward = per_process(reward, world_size(), "reward")
     funcs, weights = reward_funcs(reward, watch=watch), reward_weights(reward)
     if reward.outcome is None:
         return funcs, weights

@@ -7,7 +7,7 @@ command, one `Action` in `actions.registry.ACTIONS`); the recipe schema's discri
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, get_args
 
@@ -23,6 +23,26 @@ class Job:
 
     gpus: int = 0  # GPUs the job's own process takes (torchrun on the job's node); 0: the stage asks for none
     notes: tuple[str, ...] = ()  # told to the user before submission
+
+
+def model_keys(stage: Any, models: Mapping[str, Any]) -> list[str]:
+    """The recipe's `models` keys a stage names in its own string fields (`model: policy`, `gold: teacher`, ...)."""
+    dumped = stage.model_dump()
+    values = [v for v in dumped.values() if isinstance(v, str)]
+    values += [v for d in dumped.values() if isinstance(d, dict) for v in d.values() if isinstance(v, str)]
+    return sorted({v for v in values if v in models})
+
+
+def inprocess_gpus(stage: Any, models: Mapping[str, Any]) -> int:
+    """GPUs the stage's own process takes for the vLLM engines it runs itself (`backend: vllm` models it names, such
+    as an evaluation's policy): the widest tensor parallelism among them; 0: none. verl hosts its own. `memrl
+    launch` asks Ray for these and `memrl preflight` counts them: one number for both."""
+    from memrl.rollout.config import VLLMModelConfig
+
+    if getattr(stage, "trainer", None) == "verl":
+        return 0
+    engines = [models[k] for k in model_keys(stage, models) if isinstance(models[k], VLLMModelConfig)]
+    return max((m.tensor_parallel_size for m in engines), default=0)
 
 
 def as_is(stage: Any, raw: dict[str, Any], name: str, dashboard: str) -> Job:

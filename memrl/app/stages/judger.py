@@ -51,6 +51,7 @@ def run_judger(stage: JudgerStage, ctx: RunContext, name: str) -> None:
 
 def _torchrun_argv(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
     from memrl.train.distributed import torchrun_command
+    from memrl.train.placement import trainer_cluster
 
     per_step = stage.micro_batch_size * stage.world_size
     if stage.batch_size % per_step:
@@ -58,16 +59,17 @@ def _torchrun_argv(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
             f"stages.{name}: batch_size ({stage.batch_size}) must be a multiple of micro_batch_size "
             f"({stage.micro_batch_size}) x {stage.world_size} GPUs"
         )
-    return torchrun_command(STAGE_ENTRY, resolved_recipe(ctx), name, stage.cluster)
+    return torchrun_command(STAGE_ENTRY, resolved_recipe(ctx), name, trainer_cluster(stage))
 
 
 def _run_distributed(stage: JudgerStage, ctx: RunContext, name: str) -> None:
     from memrl.train.judger.launch import deepspeed_config
+    from memrl.train.placement import trainer_env
 
     argv = _torchrun_argv(stage, ctx, name)
     if stage.deepspeed is not None:
         deepspeed_config(stage.deepspeed)
-    env = launch_env(stage.cluster)
+    env = launch_env(stage.cluster) | trainer_env(stage)
     final = relaunch(argv, ctx, name, launcher="torchrun", log="judger.log", env=env)
     ctx.console.print(f"{name}: judger {final}")
 
@@ -77,13 +79,14 @@ def plan_judger(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
     if not stage.distributed:
         return [f"HF Trainer in-process, {stage.head} head on {base}, data {data / 'train'}"]
     from memrl.train.judger.launch import deepspeed_config
+    from memrl.train.placement import trainer_env
 
-    lines = [shown(_torchrun_argv(stage, ctx, name), launch_env(stage.cluster))]
+    lines = [shown(_torchrun_argv(stage, ctx, name), launch_env(stage.cluster) | trainer_env(stage))]
     if stage.deepspeed is not None:
         lines.append(f"DeepSpeed config {deepspeed_config(stage.deepspeed, must_exist=False)}")
-    from memrl.train.placement import plan
+    from memrl.train.placement import stage_plan
 
-    return [*lines, plan(stage, base, trainer="judger (torchrun)", rollout=False).text()]
+    return [*lines, stage_plan(stage, base).text()]
 
 
 def judger_job(stage: JudgerStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
@@ -96,7 +99,7 @@ def judger_job(stage: JudgerStage, raw: dict[str, Any], name: str, dashboard: st
             "node (torchrun on the job's node); set nnodes 1, or run `memrl run` on every node with NODE_RANK and "
             "MASTER_ADDR set"
         )
-    return Job(gpus=stage.cluster.gpus_per_node)
+    return Job(gpus=stage.world_size)  # the GPUs its torchrun uses, not those of the node's served models
 
 
 JUDGER = StageKind(JudgerStage, run_judger, plan_judger, judger_job, refs=("data",))

@@ -11,6 +11,8 @@ from rich.markup import escape
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind, on_the_cluster
 from memrl.core.checkpoints import final_dir
+from memrl.core.errors import ConfigError
+from memrl.core.files import read_jsonl
 from memrl.data_gen.config import ReflectionDataConfig
 from memrl.train.evaluate import EvalReflectorConfig
 from memrl.train.export import ExportConfig
@@ -79,6 +81,7 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
     from memrl.train.evaluate import evaluate_reflector, online_check
     from memrl.train.export import record_evaluation
     from memrl.train.report import write_report
+    from memrl.train.report_html import write_html
 
     out, data = ctx.stage_dir(name), ctx.artifact(stage.data)
     models = {label: ctx.model_ref(ref) for label, ref in stage.models.items()}
@@ -107,13 +110,54 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
             stage.reward.outcome, data, out, list(models), stage.reward.plain_text_notes, users=stage.outcome_users
         )
         _print_outcome(outcome, ctx, name)
-    report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx), outcome)
-    ctx.console.print(f"{name}: report {report}")
+    report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx), outcome, out, seed=ctx.recipe.seed)
+    sections = json.loads(report.read_text())
+    _print_verdict(sections, ctx, name)
+    page = write_html(ctx.run_dir, sections, out, _data_rows(data), title=f"memrl run {ctx.recipe.name}")
+    ctx.console.print(f"{name}: report {report}, {page}")
+
+
+def _data_rows(data: Path) -> dict[str, dict[str, Any]]:
+    """The eval split's reflection records by key (what each held-out user said and which notes were expected)."""
+    path = data / "eval.jsonl" if data.is_dir() else data.parent.parent / "eval.jsonl"
+    return {str(r["key"]): r for r in read_jsonl(path, ConfigError)} if path.is_file() else {}
+
+
+def _print_verdict(report: dict[str, Any], ctx: RunContext, name: str) -> None:
+    """What the held-out numbers support, in the words the README uses: the learning verdict, the curve's slope,
+    and the reward-hacking flag."""
+    scores = {
+        label: f"{r['intervals']['score']['mean']} {r['intervals']['score']['ci95']}"
+        for label, r in report["held_out"].items()
+        if r.get("intervals", {}).get("score", {}).get("ci95")
+    }
+    if scores:
+        ctx.console.print(f"{name}: held-out judge score [95%]: " + ", ".join(f"{k} {v}" for k, v in scores.items()))
+    if learning := report.get("learning"):
+        shown = "[green]learning shown[/green]" if learning["verdict"] else "[yellow]learning not shown[/yellow]"
+        ctx.console.print(
+            f"{name}: {shown}: {learning['compared']} = {learning['delta']} {learning['ci95']} "
+            f"over {learning['n']} held-out sessions (paired bootstrap 95%; shown only when the interval is above 0)"
+        )
+    if curve := report.get("curve"):
+        rising = "[green]rising[/green]" if curve["rising"] else "[yellow]not rising[/yellow]"
+        ctx.console.print(
+            f"{name}: {curve['stage']} reward curve {rising}: slope {curve['slope']:+.5f}/step {curve['ci95']} "
+            f"over {curve['steps']} steps"
+        )
+    if (hacking := report.get("reward_hacking")) is not None and hacking["flagged"]:
+        ctx.console.print(
+            f"{name}: [red]reward hacking flagged[/red] ({hacking['compared']}): the score rose while "
+            + "; ".join(hacking["signs"])
+        )
 
 
 def _print_outcome(outcome: dict[str, Any], ctx: RunContext, name: str) -> None:
     calibration = {k: v for k, v in outcome["calibration"].items() if k != "ci95"}
-    ctx.console.print(f"{name}: outcome calibration ({outcome['n']} users): {json.dumps(calibration)}")
+    ctx.console.print(
+        f"{name}: outcome calibration ({outcome['n']} users, {outcome['reader']} reads the notes): "
+        f"{json.dumps(calibration)}"
+    )
     ctx.console.print(
         f"{name}: outcome pass rate: {json.dumps(outcome['pass_rate'])}, ci95 {json.dumps(outcome['ci95'])}"
     )
@@ -135,7 +179,7 @@ def plan_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) -
     if (outcome := stage.reward.outcome) is not None:
         users = "every held-out user" if stage.outcome_users is None else f"{stage.outcome_users} held-out users"
         lines.append(
-            f"next sessions of {users} ({outcome.agent.model} reads the notes, max_turns {outcome.max_turns}): "
+            f"next sessions of {users} ({outcome.reader} reads the notes, max_turns {outcome.max_turns}): "
             "oracle, empty and wrong notes, then each model's -> report.json `outcome`"
         )
     return lines

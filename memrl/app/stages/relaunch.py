@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from memrl.app.context import RESOLVED_NAME, RunContext
 from memrl.core.errors import MemrlError
 from memrl.train import distributed
-from memrl.train.config import ClusterConfig
 from memrl.train.launch import format_command, run_logged
 from memrl.train.trl_common import is_finished
 
@@ -47,24 +47,36 @@ def relaunch(
     return out / "final"
 
 
-def trl_stage_launch(cluster: ClusterConfig, ctx: RunContext, name: str) -> distributed.Launch | None:
-    """How a TRL stage leaves this process (see `memrl.train.distributed.trl_launch`); None: it trains here."""
-    visible = distributed.visible_gpus()
+def trl_stage_launch(stage: Any, ctx: RunContext, name: str) -> distributed.Launch | None:
+    """How a TRL stage leaves this process (see `memrl.train.distributed.trl_launch`), on the GPUs its placement
+    plan leaves the trainer; None: it trains here."""
+    from memrl.train.placement import stage_plan
+
+    trainer_gpus = stage_plan(stage, None).trainer_gpus
     return distributed.trl_launch(
-        STAGE_ENTRY, resolved_recipe(ctx), name, cluster, visible, inside=distributed.launched()
+        STAGE_ENTRY,
+        resolved_recipe(ctx),
+        name,
+        stage.cluster,
+        distributed.visible_gpus(),
+        inside=distributed.launched(),
+        trainer_gpus=trainer_gpus,
     )
 
 
-def run_trl(cluster: ClusterConfig, ctx: RunContext, name: str, train: Callable[[], Path]) -> Path:
+def run_trl(stage: Any, ctx: RunContext, name: str, train: Callable[[], Path]) -> Path:
     """`train()` here (CPU, one GPU, or one rank of a launch), else the same stage relaunched on this node's GPUs."""
-    if (launch := trl_stage_launch(cluster, ctx, name)) is None:
+    if (launch := trl_stage_launch(stage, ctx, name)) is None:
         return train()
     ctx.console.print(f"{name}: {launch.launcher}")
     return relaunch(launch.argv, ctx, name, launcher=launch.launcher, log=TRL_LOG, env=launch.env)
 
 
-def plan_trl(cluster: ClusterConfig, ctx: RunContext, name: str, what: str) -> list[str]:
-    """`what` in-process, or the launch command that runs it."""
-    if (launch := trl_stage_launch(cluster, ctx, name)) is None:
-        return [f"{what} in-process"]
-    return [f"{what} under {launch.launcher}", shown(launch.argv, launch.env)]
+def plan_trl(stage: Any, ctx: RunContext, name: str, what: str, base: str) -> list[str]:
+    """`what` in-process, or the launch command that runs it; then the placement plan of the stage on a GPU node."""
+    from memrl.train.placement import stage_plan
+
+    placement = stage_plan(stage, base).text()
+    if (launch := trl_stage_launch(stage, ctx, name)) is None:
+        return [f"{what} in-process", placement]
+    return [f"{what} under {launch.launcher}", shown(launch.argv, launch.env), placement]

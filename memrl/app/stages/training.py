@@ -20,6 +20,7 @@ from memrl.train.backends import llamafactory as lf
 from memrl.train.backends import trl as trl_backend
 from memrl.train.config import GRPOStage, PolicyOptimStage, SFTStage
 from memrl.train.online.config import CollabGRPOStage
+from memrl.train.placement import trainer_cluster
 from memrl.train.trl_common import TrainContext, is_finished, resume_point
 
 S = TypeVar("S", SFTStage, GRPOStage, CollabGRPOStage)
@@ -95,12 +96,12 @@ def trl_entry(trainer: trl_backend.TrlTrainer, files: tuple[str, ...] = ()) -> T
     """TRL's entry: in-process, or one process per GPU under `accelerate launch` (memrl.app.stages.relaunch)."""
 
     def run(stage: Any, ctx: RunContext, name: str, base: str, data: Path) -> None:
-        final = run_trl(stage.cluster, ctx, name, lambda: trainer.train(stage, _trl_run(ctx, name), base, data))
+        final = run_trl(stage, ctx, name, lambda: trainer.train(stage, _trl_run(ctx, name), base, data))
         chart = f"; reward parts per step in {ctx.stage_dir(name) / trainer.parts_chart}" if trainer.parts_chart else ""
         ctx.console.print(f"{name}: checkpoint {final}{chart}")
 
     def describe(stage: Any, ctx: RunContext, name: str, base: str, data: Path) -> list[str]:
-        return plan_trl(stage.cluster, ctx, name, trainer.what(stage, base, data))
+        return plan_trl(stage, ctx, name, trainer.what(stage, base, data), base)
 
     return Trainer(run, describe, files)
 
@@ -194,7 +195,8 @@ def _verl_job(stage: SFTStage | GRPOStage, raw: dict[str, Any], name: str, dashb
         cluster["ray_address"] = dashboard
         return Job()
     cluster["ray_address"] = None
-    return Job(gpus=stage.cluster.gpus_per_node)  # torchrun on the job's own node
+    # torchrun on the job's own node, on the GPUs its placement plan leaves the trainer (not the served models')
+    return Job(gpus=trainer_cluster(stage).gpus_per_node)
 
 
 SFT = StageKind(SFTStage, runner(SFT_TRAINERS), planner(SFT_TRAINERS), _verl_job, refs=("data",))

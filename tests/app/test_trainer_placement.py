@@ -1,0 +1,114 @@
+"""Every trainer a recipe can select keeps to the node's placement plan (issue 41, items 1, 2, 4, 6): the processes
+it starts, the GPUs they see, what `memrl launch` asks Ray for, and what the dry run and `memrl preflight` print."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from memrl.app import launch
+from memrl.app.context import RunContext
+from memrl.app.preflight import preflight
+from memrl.app.recipe import load_recipe
+from memrl.app.stages.runner import plan_lines
+from memrl.train import distributed
+from memrl.train.backends import llamafactory as lf
+
+EIGHT = [str(i) for i in range(8)]
+# The 70B server on GPUs 4-7 of the node, as the 7B recipes' headers describe it.
+SERVER_ON_4_TO_7 = "placement.judge={gpus: [4, 5, 6, 7], memory_fraction: 0.9}"
+
+
+def _dry_run(tmp_path: Path, recipe: str, stage: str, *overrides: str) -> str:
+    loaded = load_recipe(recipe, [f"output_dir={tmp_path / 'run'}", *overrides]).recipe
+    ctx = RunContext(loaded, tmp_path / "run", Console(file=io.StringIO()))
+    try:
+        return "\n".join(plan_lines(ctx, stage))
+    finally:
+        ctx.close()
+
+
+def _lf_data(run: Path) -> None:
+    """The smallest LLaMA-Factory dataset folder the SFT stage accepts (what the data stage writes)."""
+    folder = run / "data" / lf.DATASET_SUBDIR
+    folder.mkdir(parents=True)
+    info = {name: {"file_name": f"{name}.json"} for name in (lf.TRAIN_DATASET, lf.EVAL_DATASET)}
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+    for name in info:
+        (folder / f"{name}.json").write_text('[{"messages": []}]\n')
+
+
+def test_llamafactory_runs_torchrun_on_the_trainers_gpus_only(tmp_path: Path) -> None:
+    """Item 1: NPROC_PER_NODE was cluster.gpus_per_node (8) with no CUDA_VISIBLE_DEVICES: four ranks on the 70B's
+    GPUs. Now 4 processes on GPUs 0-3, the global batch split over those 4, and the dry run says so."""
+    sft = "stages.sft.trainer=llamafactory"
+    stage = load_recipe("reflector-qwen2.5-7b", [sft, f"stages.sft.{SERVER_ON_4_TO_7}"]).recipe.stages["sft"]
+    env = lf.launch_env(stage, cpu=False)
+    assert env["NPROC_PER_NODE"] == "4" and env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    args = lf.sft_yaml(stage, model_path="m", dataset_dir=Path("/d"), out_dir=Path("/o"), cpu=False)
+    assert args["gradient_accumulation_steps"] == 64 // (1 * 4)
+
+    _lf_data(tmp_path / "run")
+    text = _dry_run(tmp_path, "reflector-qwen2.5-7b", "sft", sft, f"stages.sft.{SERVER_ON_4_TO_7}")
+    assert "NPROC_PER_NODE=4 NNODES=1 CUDA_VISIBLE_DEVICES=0,1,2,3 FORCE_TORCHRUN=1 llamafactory-cli train" in text
+    assert "policy (LLaMA-Factory under torchrun, ZeRO-2): Qwen/Qwen2.5-7B-Instruct on GPUs 0,1,2,3" in text
+    assert "trainer processes: 4 on this node, one per GPU, each started with CUDA_VISIBLE_DEVICES=0,1,2,3" in text
+
+
+def test_trl_launches_one_process_per_trainer_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 2: with 8 visible GPUs a TRL stage ran 8 accelerate processes, four on the judge's GPUs."""
+    monkeypatch.setattr(distributed, "visible_gpus", lambda: EIGHT)
+    text = _dry_run(tmp_path, "reflector-qwen2.5-7b", "grpo", "stages.grpo.trainer=trl")
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3 " in text and "--num_processes=4 " in text
+    assert "under accelerate launch, 4 processes per node" in text
+    assert "policy (TRL, one process per GPU): Qwen/Qwen2.5-7B-Instruct on GPUs 0,1,2,3" in text
+    # The node's GPUs named otherwise (a Ray worker's view, say): the plan's indexes pick among them.
+    named = distributed.trl_launch("m", Path("r"), "grpo", load_recipe("reflector-qwen2.5-7b").recipe.stages[
+        "grpo"].cluster, ["a", "b", "c", "d", "e", "f", "g", "h"], trainer_gpus=(0, 1, 2, 3))  # fmt: skip
+    assert named is not None and named.env["CUDA_VISIBLE_DEVICES"] == "a,b,c,d"
+    # On CPU the stage trains in-process and the dry run still shows the plan for the GPU node.
+    monkeypatch.setattr(distributed, "visible_gpus", lambda: [])
+    cpu = _dry_run(tmp_path, "reflector-qwen2.5-7b", "grpo", "stages.grpo.trainer=trl")
+    assert "in-process" in cpu and "each started with CUDA_VISIBLE_DEVICES=0,1,2,3" in cpu
+
+
+def test_launch_asks_ray_for_the_trainers_gpus(tmp_path: Path) -> None:
+    """Item 4: the single-node verl SFT job asked Ray for 8 GPUs and trained on 4 (never scheduled under `ray start
+    --num-gpus 4`)."""
+    loaded = load_recipe("reflector-qwen2.5-7b", [f"output_dir={tmp_path / 'run'}", f"stages.sft.{SERVER_ON_4_TO_7}"])
+    assert launch.plan(loaded, "http://head:8265", working_dir=tmp_path, environ={}).gpus["sft"] == 4
+    whole = load_recipe("reflector-qwen2.5-7b", [f"output_dir={tmp_path / 'run'}"])
+    assert launch.plan(whole, "http://head:8265", working_dir=tmp_path).gpus["sft"] == 8  # no served model: all
+
+
+def test_launch_asks_ray_for_the_gpu_of_an_in_process_vllm(tmp_path: Path) -> None:
+    """Item 6: the evaluation runs vLLM in-process and its job asked Ray for no GPU, where preflight counts 1."""
+    loaded = load_recipe("reflector-qwen2.5-7b", [f"output_dir={tmp_path / 'run'}"])
+    assert launch.plan(loaded, "http://head:8265", working_dir=tmp_path, environ={}).gpus["eval"] == 1
+    two = load_recipe(
+        "reflector-qwen2.5-7b", [f"output_dir={tmp_path / 'run'}", "models.policy.tensor_parallel_size=2"]
+    )
+    assert launch.plan(two, "http://head:8265", working_dir=tmp_path, environ={}).gpus["eval"] == 2
+    cpu = load_recipe("quickstart", [f"output_dir={tmp_path / 'run'}"])  # hf models only: no GPU asked
+    assert "eval" not in launch.plan(cpu, "http://head:8265", working_dir=tmp_path, environ={}).gpus
+
+
+def test_preflight_plans_every_trainer_a_recipe_can_select(tmp_path: Path) -> None:
+    """The dry run's placement block and preflight cover trl, verl, llamafactory and the judger."""
+    out = f"output_dir={tmp_path / 'run'}"
+    report = preflight(load_recipe("reflector-qwen2.5-7b", [out, "stages.grpo.trainer=trl"]).recipe, ["sft", "grpo"])
+    checks = dict(report.checks)
+    assert checks["placement sft"].endswith("CUDA_VISIBLE_DEVICES as given (all 8 GPUs)")
+    assert checks["placement grpo"].endswith("CUDA_VISIBLE_DEVICES=0,1,2,3")
+    _lf_data(tmp_path / "run")
+    lf_report = preflight(load_recipe("reflector-qwen2.5-7b", [out, "stages.sft.trainer=llamafactory"]).recipe, ["sft"])
+    assert "placement sft" in dict(lf_report.checks)
+    judger = load_recipe("judger-llama3.1-8b", [out, "data=/tmp", f"stages.judger.{SERVER_ON_4_TO_7}"]).recipe
+    judger_checks = dict(preflight(judger, ["judger"]).checks)
+    assert judger_checks["placement judger"].endswith("CUDA_VISIBLE_DEVICES=0,1,2,3")
+    text = _dry_run(tmp_path, "judger-llama3.1-8b", "judger", "data=/tmp", f"stages.judger.{SERVER_ON_4_TO_7}")
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3 " in text and "--nproc-per-node=4 " in text
