@@ -176,6 +176,25 @@ def job_server_auth(url: str, timeout: float = RAY_PROBE_S) -> bool:
     return isinstance(mode, dict) and mode.get("authentication_mode") == "token"
 
 
+def token_headers() -> dict[str, str]:
+    """The Authorization header Ray's own clients send a job server that takes a token: with RAY_AUTH_MODE=token
+    and the token in this process's environment (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH) or ~/.ray/auth_token; none
+    otherwise."""
+    try:
+        from ray._private.authentication import http_token_authentication as http_auth
+    except ImportError:
+        return {}
+    return dict(http_auth.get_auth_headers_if_auth_enabled({}))
+
+
+def no_token_line(where: str) -> str:
+    """The one line for a cluster that refused this process: it takes a token that this shell does not hold."""
+    return (
+        f"the Ray cluster at {where} takes a token and refused this one (or none): export RAY_AUTH_MODE=token with "
+        "the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN (see docs/cluster.md)"
+    )
+
+
 def no_auth_warning(where: str) -> str:
     """The one line that says a cluster takes no token, and the one-line fix."""
     return (

@@ -109,6 +109,7 @@ def test_a_ray_worker_sees_the_variables_the_job_forwards(tmp_path: Path, memrl_
 # ---- a Ray cluster without authentication: a warning, with the fix ------------------------------------------------
 
 NO_AUTH = "has no authentication: anyone who can reach it can run code as you"
+TOKEN = "0123456789abcdef" * 4  # the stand-in job server's token
 
 
 @pytest.mark.slow
@@ -141,6 +142,10 @@ class _Dashboard(BaseHTTPRequestHandler):
             self.send_response(404)
             self.end_headers()
             return
+        if page == "api/version" and mode == "token" and self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            self.send_response(401)  # as Ray's job server answers a request without the cluster's token
+            self.end_headers()
+            return
         data = json.dumps(answers[page]).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -170,7 +175,8 @@ def test_launch_warns_on_a_job_server_without_authentication(
     url = f"{dashboard}/{mode}"
     assert job_server_auth(url) is not warned
     # A process of its own: Ray's loggers keep the stream they first saw, which in-process runs close behind them.
-    result = memrl_cli("launch", "generate", "--ray-address", url, cwd=tmp_path, timeout=300)
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}  # the token is sent where one is asked
+    result = memrl_cli("launch", "generate", "--ray-address", url, cwd=tmp_path, timeout=300, env=env)
     code, stderr = result.returncode, result.stderr
     # The stand-in takes no job: the launch then fails in its one line, after the warning.
     assert code == 2 and "Traceback" not in stderr and stderr.splitlines()[-1].startswith("memrl: error: "), stderr
@@ -178,3 +184,19 @@ def test_launch_warns_on_a_job_server_without_authentication(
     assert warnings == ([f"memrl: warning: the Ray cluster at {url} {NO_AUTH}. Start it with `RAY_AUTH_MODE=token "
                          "ray start ...` and give memrl the same token (RAY_AUTH_TOKEN); see docs/cluster.md"]
                         if warned else []), stderr  # fmt: skip
+
+
+@pytest.mark.parametrize("held", [None, "another-token-" * 3])
+def test_launch_without_the_clusters_token_is_one_line(
+    held: str | None, dashboard: str, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
+    """A job server that takes a token, and a shell that holds none or another: one line saying what to set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": str(tmp_path)}
+    if held is not None:
+        env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": held}
+    result = memrl_cli("launch", "generate", "--ray-address", f"{dashboard}/token", cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"memrl: error: the Ray cluster at {dashboard}/token takes a token and refused this one (or none): export "
+        "RAY_AUTH_MODE=token with the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN (see docs/cluster.md)"
+    ], result.stderr
