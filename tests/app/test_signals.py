@@ -11,8 +11,10 @@ check that the records finished before a stop are kept and none is written twice
 the checkpoint the stop left (each optimizer step logged once).
 
 Stage kinds: data (reflection_data), sft, grpo, eval (eval_reflector) in the quickstart chain, collab_grpo (on Ray
-actors) in the collaborator chain, judger and eval_judger in the judger chain; each gets SIGINT or SIGTERM, and the
-chains between them send both to every kind of process memrl runs (in-process models, Ray, a trainer).
+actors) in the collaborator chain, judger and eval_judger in the judger chain, and an action command on Ray workers
+with a served model (`memrl eval collab --workers 2`, resumed by running it again); each gets SIGINT or SIGTERM,
+and the chains between them send both to every kind of process memrl runs (in-process models, Ray, a model
+server, a trainer).
 """
 
 from __future__ import annotations
@@ -215,3 +217,22 @@ def test_judger_stops_and_resumes(tmp_path: Path, mstod_judger_data: Path) -> No
     finished = subprocess.run([*MEMRL_ARGV, "resume", run], capture_output=True, text=True, cwd=tmp_path)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert (run / "eval" / "metrics.json").is_file()
+
+
+def test_an_eval_command_on_ray_workers_stops_and_resumes(tmp_path: Path, tiny_qwen2: str) -> None:
+    """`memrl eval collab --workers 2` (a served model, a local Ray of two actors): SIGTERM once sessions are on
+    disk, then the same command finishes the rest, none twice."""
+    out = tmp_path / "out"
+    args: list[object] = [
+        "eval", "collab", "--model", "tiny-qwen2", "--users", "4", "--sessions", "2", "--max-turns", "2",
+        "--workers", "2", "--max-tokens", "8", "--reflection-max-tokens", "8", "--out", out,
+    ]  # fmt: skip
+    stopped = stop_when(args, has_lines("sessions.jsonl", out), signal.SIGTERM, tmp_path)
+    lines = [line for line in stopped.stderr.splitlines() if line.strip()]
+    assert lines[-1] == f"memrl: stopped by SIGTERM; resume with: the same command (what finished is kept in {out})"
+    before = keys([out / "sessions.jsonl"])
+    assert before
+    finished = subprocess.run([*MEMRL_ARGV, *map(str, args)], capture_output=True, text=True, cwd=tmp_path)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    after = keys([out / "sessions.jsonl"])
+    assert set(before) <= set(after) and len(after) == len(set(after)) == 8  # 4 users x 2 sessions, each once
