@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import parse_json, read_text
+from memrl.core.files import json_type, numbered_jsonl, read_text
 from memrl.core.jsonl import ResumableJsonl
 from memrl.core.progress import progress
 from memrl.data_gen.config import GenerateConfig
@@ -17,24 +17,25 @@ from memrl.rollout.base import ChatBackend, Message
 
 
 def read_prompts(cfg: GenerateConfig) -> list[str]:
+    """The config's prompts, then the file's: one per line of text, or the `prompt` string of each JSONL object."""
     prompts = list(cfg.prompts)
     path = cfg.prompts_file
-    if path is not None:
-        for n, line in enumerate(read_text(path, ConfigError).splitlines(), 1):
-            if not line.strip():
-                continue
-            if path.suffix == ".jsonl":
-                record = parse_json(line, f"{path}:{n}", ConfigError, line=False)
-                if not isinstance(record, dict) or "prompt" not in record:
-                    raise ConfigError(f"{path}:{n}: expected a JSON object with a 'prompt' field")
-                prompts.append(str(record["prompt"]))
-            else:
-                prompts.append(line)
+    if path is None:
+        return prompts
+    if path.suffix != ".jsonl":
+        return prompts + [line for line in read_text(path, ConfigError).splitlines() if line.strip()]
+    for n, record in numbered_jsonl(path, ConfigError, torn=False):
+        prompt = record.get("prompt")
+        if not isinstance(prompt, str):  # null, a list, a number: no prompt, whatever str() would make of it
+            what = "no 'prompt' field" if "prompt" not in record else f"a 'prompt' that is {json_type(prompt)}"
+            raise ConfigError(f"{path}:{n}: expected a JSON object with a 'prompt' string, got {what}")
+        prompts.append(prompt)
     return prompts
 
 
 def _prompt_key(system: str | None, prompt: str) -> str:
-    return hashlib.sha1(f"{system or ''}\x00{prompt}".encode()).hexdigest()[:16]
+    # surrogatepass: a prompt read from JSON may hold a lone surrogate, which strict UTF-8 cannot encode
+    return hashlib.sha1(f"{system or ''}\x00{prompt}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _conversation(system: str | None, prompt: str) -> list[Message]:

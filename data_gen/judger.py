@@ -8,7 +8,6 @@ Layout: `J/train/pairs.jsonl`, `J/eval/pairs.jsonl`, `J/stats.json`.
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError, MemrlError
-from memrl.core.files import atomic_write_json, atomic_writer, open_text
+from memrl.core.files import atomic_write_json, read_jsonl, write_jsonl
 from memrl.core.outcomes import NothingDoneError
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 from memrl.data_gen.config import JudgerDataConfig
@@ -133,15 +132,11 @@ def split_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def write_rows(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
     """One JSON object a line, written atomically."""
-    with atomic_writer(path) as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return path
+    return write_jsonl(rows, path)
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    with open_text(path, ConfigError) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_jsonl(path, ConfigError)
 
 
 def schema_path(tod_dir: str | Path, schema: str | Path | None = None) -> Path:

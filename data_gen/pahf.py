@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import read_jsonl
+from memrl.core.files import read_jsonl, write_jsonl
 from memrl.core.outcomes import Outcome, require_success
 from memrl.data_gen.config import PahfDataConfig
-from memrl.data_gen.writers import SFT_SCHEMA, write_jsonl, write_parquet
+from memrl.data_gen.writers import SFT_SCHEMA, write_parquet
 from memrl.envs.pahf import prompts
 from memrl.envs.run_records import FailedWork
 

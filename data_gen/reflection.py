@@ -61,6 +61,19 @@ class SkipCounts:
     def to_dict(self) -> dict[str, int]:
         return {**asdict(self), "total": self.total}
 
+    @classmethod
+    def from_dict(cls, counts: dict[str, int]) -> SkipCounts:
+        return cls(**{k: v for k, v in counts.items() if k != "total"})
+
+    def describe(self) -> str:
+        """The non-zero counts in words: "1 with nothing to learn (no preference enforced), 2 unlabelled"."""
+        words = {
+            "nothing_to_learn": "with nothing to learn (no preference enforced)",
+            "unlabelled": "unlabelled (no violated preference ids: not a rule user)",
+            "teacher_unparsed": "whose teacher reflection did not parse",
+        }
+        return ", ".join(f"{n} {words[k]}" for k, n in asdict(self).items() if n) or "none"
+
 
 @dataclass
 class Skipped:
@@ -260,10 +273,10 @@ def require_records(
             continue
         if not n:
             raise NothingDoneError(f"{what}: no {split} sessions to build records from; no dataset written")
-        why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in skips.to_dict().items() if v and k != "total")
         label = "training" if split == "train" else split
         raise NothingDoneError(
-            f"{what}: no {label} records: all {n} {split} sessions were skipped ({why}); no dataset written"
+            f"{what}: no {label} records: all {n} {split} sessions were skipped ({skips.describe()}); no dataset "
+            "written"
         )
 
 

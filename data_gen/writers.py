@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from memrl.core.files import write_jsonl
 from memrl.data_gen.records import ABILITY, DATA_SOURCE, ReflectionRecord
 
 if TYPE_CHECKING:
@@ -64,14 +65,6 @@ VERL_RL_SCHEMA = pa.schema(
         ),
     ]
 )
-
-
-def write_jsonl(rows: Iterable[dict[str, Any]], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return path
 
 
 def write_parquet(rows: Sequence[dict[str, Any]], schema: pa.Schema, path: Path) -> Path:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Generic, TypeVar
 
+from memrl.core.asyncs import close_loop
 from memrl.core.errors import MemrlError, first_line
 
 R = TypeVar("R")
@@ -41,6 +43,15 @@ class ActorDied(RuntimeError):
     def __init__(self, deaths: int, why: str) -> None:
         super().__init__(f"its worker died {deaths} times ({why})")
         self.why = why
+
+
+def death(exc: BaseException) -> str:
+    """Why an actor died, in one line a user reads: Ray's message without its colour codes and the actor's id (a
+    32-digit hex string that says nothing to anyone but Ray)."""
+    return " ".join(_RAY_ID.sub("", first_line(exc)).split())
+
+
+_RAY_ID = re.compile(r"\b[0-9a-f]{16,}\b")
 
 
 def spawn_workers(cls: type, n: int, *args: Any) -> list[Any]:
@@ -100,9 +111,9 @@ class ActorPool:
                     raise cause from exc
                 deaths += 1
                 if deaths > 1:
-                    raise ActorDied(deaths, first_line(exc)) from exc
+                    raise ActorDied(deaths, death(exc)) from exc
                 if died is not None:
-                    died(first_line(exc))
+                    died(death(exc))
                 await self.ready(actor)
                 if replay is not None:
                     await replay()
@@ -198,9 +209,5 @@ class InFlight(Generic[T]):
 
     def close(self) -> None:
         """Cancel the calls still in flight (a run that stops early) and end the event loop."""
-        for task in self._calls:
-            task.cancel()
-        if self._calls:
-            self._loop.run_until_complete(asyncio.wait(self._calls))
         self._calls.clear()
-        self._loop.close()
+        close_loop(self._loop)

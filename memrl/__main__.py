@@ -1,5 +1,5 @@
 """`python -m memrl` is the `memrl` command."""
 
-from memrl.app.cli.main import main
+from memrl.app.cli.entry import main
 
 main()

@@ -22,16 +22,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from memrl.core.files import NotJson, loads, raw_decode
 from memrl.rollout.json_output import (
     MAX_DEPTH,
     MAX_REPAIR_CHARS,
     JSONParseFailure,
-    NonFinite,
     field_text,
-    loads,
     nesting_depth,
     parse_json_object,
-    raw_decode,
 )
 
 REFLECTION_KEYS = ("user_preferences_reasoning", "agent_notes")  # what a reflection is a JSON object of
@@ -60,7 +58,7 @@ def _strict_object(text: str) -> tuple[dict[str, Any] | None, bool]:
         whole = loads(stripped, as_written=True)
     except json.JSONDecodeError:
         pass
-    except (RecursionError, NonFinite):  # nested past Python's limit: parse_json_object reports it
+    except (RecursionError, NotJson):  # nested past Python's limit: parse_json_object reports it
         return None, False
     else:
         return (whole, True) if isinstance(whole, dict) else (None, False)
@@ -74,7 +72,7 @@ def _strict_object(text: str) -> tuple[dict[str, Any] | None, bool]:
         except json.JSONDecodeError:
             start = span.find("{", start + 1)
             continue
-        except (RecursionError, NonFinite):
+        except (RecursionError, NotJson):
             return None, False
         return (found, False) if isinstance(found, dict) else (None, False)
     return None, False

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from memrl.core import models
 from memrl.core.errors import ModelNotFoundError, first_line
+from memrl.core.model_files import check_chat_template
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 
 
 def _hf(cfg: HFModelConfig) -> ChatBackend:
-    path = models.resolve(cfg.model)  # a bad name fails here, before the seconds-long transformers import
+    path = models.resolve(cfg.model)  # a bad name or a broken folder fails here, before transformers loads
+    if Path(path).is_dir():
+        check_chat_template(Path(path))
 
     from memrl.rollout.hf_local import HFBackend
 
     try:
         return HFBackend(path, device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size)
-    except OSError as exc:  # transformers raises OSError for a missing or unreachable model
-        raise ModelNotFoundError(f"cannot load model {cfg.model!r}: {first_line(exc)}") from exc
+    except Exception as exc:  # whatever a model the checks passed still makes transformers raise: one line
+        raise ModelNotFoundError(f"cannot load model {cfg.model!r}: {type(exc).__name__}: {first_line(exc)}") from exc
 
 
 def _openai(cfg: OpenAIModelConfig) -> ChatBackend:

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, SecretStr
+from pydantic import Field, PositiveFloat, PositiveInt, SecretStr, field_validator
+from pydantic_core import PydanticCustomError
 
 from memrl.core.schema import StrictModel
+from memrl.core.secrets import MASK
 from memrl.rollout.base import SamplingParams
+
+MAX_URL = 8192  # past what servers and proxies take in a request line
+MASKS = frozenset({"**********", MASK})  # what pydantic dumps for a SecretStr, and what memrl.core.secrets writes
+
+
+def _field_error(problem: str) -> PydanticCustomError:
+    """A field's own check failing: describe_error puts the field's dotted key before `problem`."""
+    return PydanticCustomError("config_field", "{problem}", {"problem": problem})
 
 
 class HFModelConfig(StrictModel):
@@ -41,6 +52,34 @@ class OpenAIModelConfig(StrictModel):
         description="requests in flight at most (sync and async): the one bound, judges included; under verl it is "
         "divided over the reward / agent-loop workers, so the server sees this number",
     )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _callable_url(cls, url: str) -> str:
+        """A URL the HTTP clients take; the clients' own refusals (a malformed IPv6 host, a URL past their length
+        limit) are tracebacks from deep inside them."""
+        if len(url) > MAX_URL:
+            raise _field_error(f"a URL of {len(url)} characters (at most {MAX_URL})")
+        try:
+            parts = urllib.parse.urlsplit(url)
+            parts.port  # noqa: B018 - a port that is no number, or past 65535, raises here
+        except ValueError as exc:
+            raise _field_error(f"not a URL ({exc}): give http(s)://HOST[:PORT]/v1") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise _field_error("not an http(s):// URL with a host: give http(s)://HOST[:PORT]/v1")
+        return url
+
+    @field_validator("api_key")
+    @classmethod
+    def _not_a_mask(cls, key: SecretStr | None) -> SecretStr | None:
+        """A saved recipe holds a mask where a key was written in (keys never reach disk): sending it would fail as a
+        wrong key, far from the cause."""
+        if key is not None and key.get_secret_value() in MASKS:
+            raise _field_error(
+                "is the mask memrl saves in place of a key written into a recipe, not a key: give the key as "
+                "${VARIABLE} (an environment variable), which is saved as a reference"
+            )
+        return key
 
 
 class VLLMModelConfig(StrictModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import weakref
 from collections.abc import Sequence
@@ -10,8 +11,16 @@ from functools import partial
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, PreTrainedModel
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LogitsProcessorList,
+    PreTrainedModel,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
+from memrl.core import interrupts
 from memrl.core.asyncs import MicroBatcher, in_own_thread
 from memrl.core.precision import compute_dtype
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
@@ -21,6 +30,7 @@ from memrl.rollout.seeded_sampling import RowSeededSampling, row_seeds
 # when a batch ends and each asks again within milliseconds; one decoding pass of a 135M model takes ~0.1 s on CPU.
 BATCH_WAIT_S = 0.02
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -88,7 +98,8 @@ class HFBackend(ChatBackend):
         return out
 
     def _prompt(self, conversation: Conversation) -> str:
-        messages = [{"role": m["role"], "content": m["content"]} for m in conversation]
+        # A lone surrogate (JSON may hold one: "\ud800") is no text a tokenizer takes: the model reads U+FFFD there.
+        messages = [{"role": m["role"], "content": _LONE_SURROGATE.sub("\ufffd", m["content"])} for m in conversation]
         return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
     def _generate_batch(self, prompts: list[str], seeds: list[int] | None, params: SamplingParams) -> list[Completion]:
@@ -96,6 +107,7 @@ class HFBackend(ChatBackend):
         kwargs: dict[str, Any] = {
             "max_new_tokens": params.max_tokens,
             "pad_token_id": self.tokenizer.pad_token_id,
+            "stopping_criteria": StoppingCriteriaList([_StopOnSignal()]),
         }
         greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         if params.temperature <= 0:
@@ -131,6 +143,15 @@ class HFBackend(ChatBackend):
         del self.model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+class _StopOnSignal(StoppingCriteria):
+    """Ends a generation at its next token once the process is told to stop: a batch decodes in a thread of its
+    own, which the signal never interrupts, and the process waits for it before it exits."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        done = torch.full((input_ids.shape[0],), interrupts.stopping(), dtype=torch.bool, device=input_ids.device)
+        return done  # type: ignore[return-value]  # a bool tensor: transformers' annotation, not a real type
 
 
 def _as_set(ids: int | list[int] | None) -> set[int]:

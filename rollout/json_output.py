@@ -6,13 +6,14 @@ Callers get a `ParsedJSON` or a `JSONParseFailure`, never an exception, so every
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from json_repair import repair_json
+
+from memrl.core.files import NotJson, loads  # the one strict decoder: no NaN, no Infinity
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
@@ -59,7 +60,7 @@ def parse_json_object(text: str, required: Iterable[str] = ()) -> JSONResult:
     repaired = False
     try:
         data = loads(span)
-    except NonFinite:
+    except NotJson:
         return JSONParseFailure("JSON holds a number that is not finite (NaN or Infinity)", text)
     except json.JSONDecodeError:
         repaired = True
@@ -81,50 +82,6 @@ def parse_json_object(text: str, required: Iterable[str] = ()) -> JSONResult:
     if missing:
         return JSONParseFailure(f"JSON object lacks required keys: {', '.join(missing)}", text)
     return ParsedJSON(data, repaired)
-
-
-class NonFinite(ValueError):
-    """NaN, Infinity or a literal too large for a float: Python's json accepts them, no JSON reader downstream does."""
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise NonFinite(text)
-    return value
-
-
-def _no_constant(name: str) -> float:
-    raise NonFinite(name)
-
-
-class WrittenObject(dict[str, Any]):
-    """A decoded JSON object that remembers its keys as written: json keeps only the last of a repeated key."""
-
-    written: tuple[str, ...] = ()
-
-    @classmethod
-    def from_pairs(cls, pairs: list[tuple[str, Any]]) -> WrittenObject:
-        obj = cls(pairs)
-        obj.written = tuple(key for key, _ in pairs)
-        return obj
-
-
-_DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_no_constant)
-_WRITTEN = json.JSONDecoder(
-    parse_float=_finite, parse_constant=_no_constant, object_pairs_hook=WrittenObject.from_pairs
-)
-
-
-def loads(text: str, *, as_written: bool = False) -> Any:
-    """`json.loads` that refuses NaN, Infinity and overflowing numbers (NonFinite) instead of returning them;
-    `as_written`: objects come back as `WrittenObject`s."""
-    return (_WRITTEN if as_written else _DECODER).decode(text)
-
-
-def raw_decode(text: str, start: int, *, as_written: bool = False) -> tuple[Any, int]:
-    """`JSONDecoder.raw_decode` with the same refusals as `loads`."""
-    return (_WRITTEN if as_written else _DECODER).raw_decode(text, start)
 
 
 def nesting_depth(text: str) -> int:

@@ -21,9 +21,12 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
+import ssl
 import threading
 import time
 import urllib.parse
+import urllib.request
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +38,7 @@ import openai
 
 from memrl.core import secrets
 from memrl.core.errors import BackendError
+from memrl.core.files import json_type
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 
 # The SDK's generic `post` keeps its retries, timeouts and typed errors but skips the typed request transform and
@@ -43,7 +47,7 @@ _CHAT = "/chat/completions"
 Deadline = Literal["total", "progress"]
 POLL_S = 2.0  # how often a waiting streamed request looks at the server's progress
 # What a broken endpoint makes the transport or the SDK raise besides its own errors: garbage, a torn stream.
-_WIRE_ERRORS = (openai.OpenAIError, httpx2.HTTPError, aiohttp.ClientError, ValueError)
+_WIRE_ERRORS = (openai.OpenAIError, httpx2.HTTPError, aiohttp.ClientError, ValueError, RecursionError)
 
 
 def split_credentials(url: str) -> tuple[str, dict[str, str]]:
@@ -103,7 +107,7 @@ class OpenAIBackend(ChatBackend):
             max_retries=self.max_retries,
             default_headers=headers,
             http_client=httpx2.Client(
-                transport=_CountingTransport(httpx2.HTTPTransport(), self, timeout if total else None)
+                transport=_CountingTransport(_transport(self.base_url), self, timeout if total else None)
             ),
         )
         self._slots = threading.BoundedSemaphore(max_concurrency)
@@ -159,7 +163,7 @@ class OpenAIBackend(ChatBackend):
             if isinstance(response, str):
                 raise self._not_a_completion(f"text ({text[:60]!r})")
         if not isinstance(response, dict):
-            raise self._not_a_completion(f"a JSON {type(response).__name__}")
+            raise self._not_a_completion(_a_json(response))
         choices = response.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else None
         message = choice.get("message") if isinstance(choice, dict) else None
@@ -187,11 +191,14 @@ class OpenAIBackend(ChatBackend):
         if isinstance(exc, openai.APITimeoutError):
             why = f"timed out after {self.timeout:g}s"
         elif isinstance(exc, openai.APIConnectionError):
-            why = "is unreachable"
+            proxy = _proxy_for(self.base_url)  # a dead proxy makes every endpoint look down
+            why = f"is unreachable through the proxy {proxy[0]}={proxy[1]}" if proxy else "is unreachable"
         elif isinstance(exc, openai.APIStatusError):
             why = f"answered HTTP {exc.status_code}: {_first(exc.message)}"
         elif isinstance(exc, openai.OpenAIError):
             why = f"failed: {_first(str(exc))}"
+        elif isinstance(exc, RecursionError):
+            why = "sent a malformed response (JSON nested too deeply)"
         else:  # garbage on the wire: bad JSON, a torn or malformed response
             why = f"sent a malformed response ({type(exc).__name__}: {_first(str(exc))})"
         return BackendError(f"endpoint {self.base_url} {why} ({self.max_retries} retries, model {self.model!r})")
@@ -293,7 +300,7 @@ class OpenAIBackend(ChatBackend):
         usage: object = None
         for chunk in chunks:
             if not isinstance(chunk, dict):
-                raise self._not_a_completion(f"a stream holding a JSON {type(chunk).__name__}")
+                raise self._not_a_completion(f"a stream holding {_a_json(chunk)}")
             usage = chunk.get("usage") or usage
             choices = chunk.get("choices")
             choice = choices[0] if isinstance(choices, list) and choices else {}
@@ -310,13 +317,52 @@ class OpenAIBackend(ChatBackend):
             return list(pool.map(lambda c: self.chat(c, params), conversations))
 
     def list_models(self) -> list[str]:
+        """The served model names (GET /models), read as plain JSON: the SDK's typed page breaks with a traceback
+        on a body of another shape (a JSON list, null)."""
         try:
-            return [m.id for m in self._client.models.list()]
+            listing = self._client.get("/models", cast_to=object)
         except _WIRE_ERRORS as exc:
             raise self._error(exc) from None
+        models = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(models, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("id"), str) for m in models
+        ):
+            shape = _a_json(listing) if not isinstance(listing, dict) else "JSON without data[].id"
+            self.usage.record_failure()
+            raise BackendError(f"endpoint {self.base_url} answered {shape}, not a list of models (GET /models)")
+        return [m["id"] for m in models]
 
     def close(self) -> None:
         self._client.close()
+
+
+def _transport(url: str) -> httpx2.HTTPTransport:
+    """The sync transport: no TLS set-up for a plain http:// endpoint (a broken SSL_CERT_FILE then does not matter),
+    and a TLS set-up that fails says which of the variables that point at certificates to fix."""
+    if urllib.parse.urlsplit(url).scheme == "http":
+        return httpx2.HTTPTransport(verify=False)  # no TLS on this connection: nothing to verify
+    try:
+        return httpx2.HTTPTransport()
+    except (ssl.SSLError, OSError) as exc:
+        named = [f"{name}={os.environ[name]}" for name in ("SSL_CERT_FILE", "SSL_CERT_DIR") if os.environ.get(name)]
+        where = f" from {' '.join(named)}" if named else ""
+        raise BackendError(f"cannot load TLS certificates{where} for {url}: {_first(str(exc))}") from None
+
+
+def _proxy_for(url: str) -> tuple[str, str] | None:
+    """The proxy variable (name, value) that requests to `url` go through, as the HTTP clients read them."""
+    parts = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    name = next((n for n in (f"{parts.scheme}_proxy", f"{parts.scheme.upper()}_PROXY") if n in os.environ), "proxy")
+    return name, proxy
+
+
+def _a_json(value: object) -> str:
+    """ "a JSON list", "a JSON null", "a JSON string": what an endpoint sent instead of what was asked."""
+    return "a JSON " + json_type(value).removeprefix("an ").removeprefix("a ")
 
 
 def _count(value: object) -> int:

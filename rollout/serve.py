@@ -6,8 +6,11 @@ hub id. Clients send that name in `model` (see `served_name`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,8 +22,9 @@ from typing import IO, Literal
 
 import httpx2
 
-from memrl.core import models
-from memrl.core.errors import BackendError
+from memrl.core import interrupts, models
+from memrl.core.errors import BackendError, ConfigError
+from memrl.core.model_files import check_chat_template
 
 Engine = Literal["auto", "transformers", "vllm"]
 
@@ -66,9 +70,29 @@ def _console_script(name: str, extra: str) -> str:
     return found
 
 
+LOOPBACK = "127.0.0.1"  # where every server memrl starts listens unless told otherwise (`memrl serve --host`)
+STOP_GRACE_S = 15.0  # a server's own shutdown (SIGINT) before SIGTERM; shorter when this process was told to stop
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+
+
+def check_host(host: str) -> str:
+    """An address to listen on, as given: an IP address or a host name; anything else fails in one line."""
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(host))
+    if _HOSTNAME.fullmatch(host):
+        return host
+    raise ConfigError(f"--host {host[:100]!r}: give an address to listen on, such as 127.0.0.1 or 0.0.0.0")
+
+
 def port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        return sock.connect_ex((host, port)) != 0
+    """Whether nothing accepts connections at host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=2.0):
+            return False
+    except OSError:
+        return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -78,14 +102,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class LocalServer:
-    """A server process on 127.0.0.1 that stops cleanly (SIGINT, then SIGTERM, then SIGKILL)."""
+    """A server process on 127.0.0.1 (or `host`) that stops cleanly (SIGINT, then SIGTERM, then SIGKILL)."""
 
     def __init__(
         self,
         model: str,
         port: int = 8000,
         engine: Engine = "auto",
-        host: str = "127.0.0.1",
+        host: str = LOOPBACK,
         log: Path | None = None,
         extra_args: tuple[str, ...] = (),
     ) -> None:
@@ -101,12 +125,16 @@ class LocalServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        """The base URL a client on this machine uses (a wildcard address is reached through loopback)."""
+        host = {"0.0.0.0": LOOPBACK, "::": "::1"}.get(self.host, self.host)
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/v1"
 
     def command(self) -> tuple[list[str], Path | None]:
         """The server's argv and the working directory it must run in."""
-        path = models.resolve(self.model)
+        path = models.resolve(self.model)  # a broken folder fails here in one line, not in the server's child
         local = Path(path)
+        if local.is_dir():
+            check_chat_template(local)  # the server renders every request with it
         if self.engine == "vllm":
             argv = [_console_script("vllm", "vllm"), "serve", path, "--served-model-name", self.name]
             return [*argv, "--host", self.host, "--port", str(self.port), *self.extra_args], None
@@ -141,7 +169,7 @@ class LocalServer:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self.wait_ready(ready_timeout)
         return self
@@ -149,7 +177,7 @@ class LocalServer:
     def wait_ready(self, timeout: float) -> None:
         assert self.process is not None
         deadline = time.monotonic() + timeout
-        health = f"http://{self.host}:{self.port}/health"
+        health = self.url.removesuffix("/v1") + "/health"
         while time.monotonic() < deadline:
             code = self.process.poll()
             if code is not None:
@@ -168,8 +196,10 @@ class LocalServer:
     def _log_hint(self) -> str:
         return f" (log: {self.log})" if self.log else ""
 
-    def stop(self, grace: float = 15.0) -> None:
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
         process, self.process = self.process, None
+        if interrupts.stopping():  # a signal: requests in flight are dropped, not finished; the process ends soon
+            grace = min(grace, 2.0)
         if process is not None and process.poll() is None:
             for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
                 try:
@@ -192,8 +222,9 @@ class LocalServer:
         self.stop()
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL the server when the process that started it dies, even by SIGKILL (no orphan eats the CPU)."""
+def die_with_parent() -> None:
+    """Linux: SIGKILL a child process (`preexec_fn`) when the process that started it dies, even by SIGKILL (no
+    orphan eats the CPU)."""
     if sys.platform.startswith("linux"):
         import ctypes
 

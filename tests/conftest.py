@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from support import FIXTURES, MemrlCLI, ReflectionRows, run_memrl, stop_ray
+from support import FIXTURES, MemrlCLI, ReflectionRows, ray_head_node, run_memrl
 
 if TYPE_CHECKING:
     from memrl.envs.collab.next_session import NextSessionRow
@@ -135,31 +135,13 @@ def ray_head(model_cache: Path) -> Iterator[dict[str, str]]:
 
     Each `memrl eval ...` run otherwise starts (and stops) its own local Ray, 20-30 s apiece on a loaded machine;
     joining a running head takes about a second. Its processes inherit this env (MEMRL_CACHE, offline, 1 thread),
-    so actors see what a CLI-started Ray would give them; every port is picked free and its temp dir is its own, so
-    it never meets another Ray on this host; teardown kills exactly its processes.
+    so actors see what a CLI-started Ray would give them; as memrl's own local Ray it listens on 127.0.0.1 only and
+    takes a token of this session's, which the CLI runs that join it get through their environment, never a file
+    (~/.ray/auth_token is any other Ray's). Teardown kills exactly its processes.
     """
-    import tempfile
-
-    from memrl.rollout.serve import free_port
-
-    root = Path(tempfile.mkdtemp(prefix="mrt", dir="/tmp"))  # socket paths must stay under 107 characters
-    env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}  # ~/.ray may hold a token: not for this one
-    port = free_port()
-    flags = ("--ray-client-server-port", "--node-manager-port", "--object-manager-port", "--metrics-export-port",
-             "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port")  # fmt: skip
-    argv = [
-        str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port), "--include-dashboard",
-        "false", "--node-ip-address", "127.0.0.1", "--num-cpus", "4", "--object-store-memory", str(200 * 2**20),
-        "--temp-dir", str(root), "--disable-usage-stats", *(x for flag in flags for x in (flag, str(free_port()))),
-    ]  # fmt: skip
-    try:
-        head = subprocess.run(
-            argv, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=180
-        )
-        assert head.returncode == 0, head.stderr[-2000:]
-        yield {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
-    finally:
-        stop_ray([root])
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(32).hex()}
+    with ray_head_node(auth) as env:
+        yield env
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from memrl.train.config import ClusterConfig
 
 # Set by torchrun and `accelerate launch` in every process they start: such a process is one of the launch's ranks.
 LAUNCHED_VAR = "WORLD_SIZE"
+LOCAL_LAUNCH = "memrl.train.local_launch"
 MULTI_NODE_REFS = ("${NODE_RANK}", "${MASTER_ADDR}", "${MASTER_PORT:-29500}")
 
 
@@ -52,11 +53,27 @@ def _entry(entry: str, recipe: Path, stage: str) -> list[str]:
     return ["-m", entry, str(recipe), "--stage", stage]
 
 
+# On one node, the launcher's stores listen on 127.0.0.1 (`local_launch`) and the ranks talk over the loopback
+# interface (gloo's and NCCL's own sockets); a variable the user set wins.
+ONE_NODE_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+
+
+def _launcher(name: str, nnodes: int) -> list[str]:
+    """The launcher's command: on one node through `local_launch` (loopback only), on several as installed."""
+    return [sys.executable, "-m", LOCAL_LAUNCH, name] if nnodes == 1 else [_tool(name)]
+
+
+def launch_env(cluster: ClusterConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a launch adds to the environment: on one node, the loopback interface for the ranks' traffic."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in ONE_NODE_ENV.items() if k not in env} if cluster.nnodes == 1 else {}
+
+
 def torchrun_command(entry: str, recipe: Path, stage: str, cluster: ClusterConfig) -> list[str]:
     """torchrun running module `entry` once per GPU of the cluster on `recipe --stage stage`."""
     if cluster.ray_address is not None:
         raise ConfigError(f"stages.{stage}.cluster.ray_address: this stage launches with torchrun, not Ray")
-    argv = [_tool("torchrun"), f"--nnodes={cluster.nnodes}"]
+    argv = [*_launcher("torchrun", cluster.nnodes), f"--nnodes={cluster.nnodes}"]
     if cluster.nnodes == 1:
         argv.append("--standalone")
     else:
@@ -68,7 +85,7 @@ def torchrun_command(entry: str, recipe: Path, stage: str, cluster: ClusterConfi
 def accelerate_command(entry: str, recipe: Path, stage: str, cluster: ClusterConfig, per_node: int) -> list[str]:
     """`accelerate launch`, TRL's own launcher, running module `entry` in `per_node` processes on each node."""
     argv = [
-        _tool("accelerate"),
+        *_launcher("accelerate", cluster.nnodes),
         "launch",
         "--multi_gpu",
         f"--num_processes={per_node * cluster.nnodes}",  # accelerate counts processes over all nodes
@@ -119,7 +136,7 @@ def trl_launch(
     if per_node == 1 and cluster.nnodes == 1:
         return Launch([sys.executable, *_entry(entry, recipe, stage)], pinned, f"one process on GPU {mine[0]}")
     argv = accelerate_command(entry, recipe, stage, cluster, per_node)
-    return Launch(argv, pinned, f"accelerate launch, {per_node} processes per node")
+    return Launch(argv, pinned | launch_env(cluster), f"accelerate launch, {per_node} processes per node")
 
 
 def resolve_refs(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from memrl.core.checkpoints import is_adapter, resolve_model
 from memrl.core.errors import ConfigError
-from memrl.core.files import parse_json, read_text
+from memrl.core.files import numbered_jsonl
 from memrl.core.jsonl import ResumableJsonl
 from memrl.core.outcomes import require_data
 from memrl.core.progress import progress
@@ -77,13 +77,10 @@ def load_eval_split(data_dir: Path, max_samples: int | None) -> list[dict[str, A
     path = data_dir / "rl" / "eval.jsonl" if data_dir.is_dir() else data_dir
     require_data(path, "eval data", "a reflection_data folder or its rl/eval.jsonl")
     rows = []
-    for n, line in enumerate(read_text(path, ConfigError).splitlines(), 1):
-        if not line.strip():
-            continue
-        row = parse_json(line, f"{path}:{n}", ConfigError, line=False)
+    for n, row in numbered_jsonl(path, ConfigError, torn=False):
         try:
             rows.append({"key": row["key"], "prompt": row["prompt"], "ground_truth": row["ground_truth"]})
-        except (KeyError, TypeError):
+        except KeyError:
             raise ConfigError(f"{path}:{n}: expected a JSON object with key, prompt and ground_truth") from None
     if not rows:
         raise ConfigError(f"{path}: no eval rows")

@@ -4,8 +4,11 @@ console and a log (a failure names its tail)."""
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Container, Mapping, Sequence
@@ -13,6 +16,7 @@ from pathlib import Path
 
 from memrl.core.envrefs import ENV_REF
 from memrl.core.errors import MemrlError
+from memrl.rollout.serve import die_with_parent
 
 
 def format_command(argv: Sequence[str], *, multiline: bool = False, live: Container[int] | None = None) -> str:
@@ -46,6 +50,21 @@ def _escape_double(text: str) -> str:
     return re.sub(r'([\\"$`])', r"\\\1", text)
 
 
+STOP_S = 5.0  # how long a launched trainer has to end (its launcher stops its ranks) before it is killed
+
+
+def _stop(proc: subprocess.Popen[str], signum: int) -> None:
+    """Pass the signal to the launch's process group, then kill what is left of it after STOP_S."""
+    for sig, wait in ((signum, STOP_S), (signal.SIGKILL, 2.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def run_logged(
     argv: Sequence[str], log_path: Path, *, name: str, shown: str, env: Mapping[str, str], tail: int = 20
 ) -> None:
@@ -64,15 +83,23 @@ def run_logged(
                 errors="replace",
                 env=dict(env),
                 bufsize=1,
+                # Its own process group, stopped by us (`_stop`) whether the signal reached the terminal's group or
+                # this process alone (a scheduler's SIGTERM), and killed with us if we die first.
+                start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         except FileNotFoundError as exc:
             raise MemrlError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
         assert proc.stdout is not None
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            log.write(line)
-            last.append(line.rstrip("\n"))
-        code = proc.wait()
+        try:
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                log.write(line)
+                last.append(line.rstrip("\n"))
+            code = proc.wait()
+        except KeyboardInterrupt as exc:  # SIGINT or SIGTERM: the launch gets it too, then has seconds to end
+            _stop(proc, getattr(exc, "signum", signal.SIGINT))
+            raise
     if code != 0:
         lines = "\n".join(f"  {line}" for line in last)
         raise MemrlError(f"{name} exited with code {code} (log: {log_path}); its last lines:\n{lines}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl.core.checkpoints import CheckpointInfo, last_step_dir
+from memrl.core.checkpoints import CheckpointInfo, last_step_dir, trainer_saved
 from memrl.core.errors import ConfigError, closest
 from memrl.core.precision import cpu_has_bf16
 from memrl.core.yamlsafe import load_yaml
@@ -120,8 +120,9 @@ def peft_config(lora: LoraConfig) -> Any:
 
 
 def resume_point(out_dir: Path) -> str | None:
-    """The newest checkpoint of an interrupted run of this stage (resume continues the same data order)."""
-    last = last_step_dir(out_dir)
+    """The newest whole checkpoint of an interrupted run of this stage (resume continues the same data order); one
+    whose save was cut short is passed over."""
+    last = last_step_dir(out_dir, complete=trainer_saved)
     return str(last) if last is not None else None
 
 

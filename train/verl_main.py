@@ -12,10 +12,14 @@ verl prints its config and its own ray.init arguments, so no secret may go in ei
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
 from typing import Any
+
+from memrl.core import interrupts
+from memrl.envs.ray_start import local_ray
 
 FORWARD_PREFIXES = ("WANDB_", "HF_", "VERL_FILE_LOGGER_", "MEMRL_")
 RAY_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a job's entrypoint
@@ -97,7 +101,11 @@ def init_ray(config: Any) -> None:
     os.environ[RAY_OVERRIDE_ENV] = "1"
     names = ", ".join(sorted(kwargs["runtime_env"]["env_vars"]))
     print(f"memrl: ray.init(address={kwargs.get('address')!r}), worker environment: {names}", flush=True)
-    ray.init(**kwargs)
+    local = kwargs.get("address") in (None, "local") and not os.environ.get("RAY_ADDRESS")
+    # A Ray of this run's own: loopback only, with a token of this process's (envs/ray_start.py, as memrl's drivers)
+    setup: contextlib.AbstractContextManager[dict[str, Any]] = local_ray() if local else contextlib.nullcontext({})
+    with interrupts.kept(), setup as options:
+        ray.init(**(kwargs | options | ({"address": "local"} if local else {})))
 
 
 def _main() -> None:

@@ -7,6 +7,7 @@ the per-session deltas of two runs (memory minus no memory, the paper's Figure 3
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
@@ -141,14 +142,32 @@ def write_report(records: Sequence[dict[str, Any]], out: Path, failed: Sequence[
     return metrics
 
 
+def _run_metrics(path: Path) -> dict[str, Any]:
+    """A finished run's metrics.json, checked where the comparison reads it: `per_session`, each session's index
+    and a number per metric (text such as "0.5" is no number: subtracting it would fail, or pass as a plot label)."""
+    data = read_json(path, ConfigError)
+    rows = data.get("per_session") if isinstance(data, dict) else None
+    ok = isinstance(rows, list) and all(
+        isinstance(r, dict) and _is_number(r.get("session"), whole=True) and all(_is_number(r.get(m)) for m in METRICS)
+        for r in rows
+    )
+    if not ok:
+        raise ConfigError(
+            f"{path}: not the metrics of a collab run (per_session: a list of sessions, each with its index and a "
+            f"number for {', '.join(METRICS)})"
+        )
+    return data
+
+
+def _is_number(value: Any, whole: bool = False) -> bool:
+    kinds = int if whole else int | float
+    return isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def write_comparison(with_memory: Path, without: Path, out: Path) -> list[dict[str, float]]:
     """deltas.json and deltas.png from two finished runs' metrics.json."""
-    runs = [read_json(d / "metrics.json", ConfigError) for d in (with_memory, without)]
-    try:
-        deltas = session_deltas(*runs)
-    except (KeyError, TypeError) as exc:  # a metrics.json of another shape: name the key it lacks
-        where = f"{with_memory / 'metrics.json'} or {without / 'metrics.json'}"
-        raise ConfigError(f"{where}: not the metrics of a collab run (bad or missing {exc})") from None
+    runs = [_run_metrics(d / "metrics.json") for d in (with_memory, without)]
+    deltas = session_deltas(*runs)
     out.mkdir(parents=True, exist_ok=True)
     (out / "deltas.json").write_text(json.dumps(deltas, indent=2) + "\n")
     plot_sessions(deltas, out / "deltas.png", "per-session delta: memory - no memory")

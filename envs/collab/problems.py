@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memrl.core.errors import ConfigError, closest
-from memrl.core.files import check_file, parse_json, read_text
+from memrl.core.files import check_file, parse_json, read_jsonl, read_text
 from memrl.core.splits import check_disjoint as check_splits_disjoint
+from memrl.core.validation import as_text
 
 
 class AnswerKind(StrEnum):
@@ -79,15 +80,15 @@ class Problem:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Problem:
-        task, question = str(record["task"]), str(record["question"])
+        task, question = as_text(record["task"], "task"), as_text(record["question"], "question")
         return cls(
-            id=str(record.get("id") or problem_id(task, question)),
+            id=as_text(record.get("id") or problem_id(task, question), "id"),
             task=task,
             question=question,
-            answer=str(record["answer"]),
+            answer=as_text(record["answer"], "answer"),
             kind=AnswerKind(record["kind"]),
-            choices=tuple(str(c) for c in record.get("choices") or ()),
-            solution=str(record.get("solution") or ""),
+            choices=tuple(as_text(c, "choices") for c in record.get("choices") or ()),
+            solution=as_text(record.get("solution") or "", "solution"),
         )
 
 
@@ -144,11 +145,11 @@ def last_boxed(text: str) -> str | None:
 
 
 def _parse_math(record: Mapping[str, Any]) -> Fields:
-    solution = str(record["solution"])
+    solution = as_text(record["solution"], "solution")
     answer = record.get("answer") or last_boxed(solution)  # MATH-500 on the hub has an answer column
     if not answer:
         raise ValueError("solution has no \\boxed{...} final answer")
-    return Fields(question=str(record["problem"]), answer=str(answer).strip(), solution=solution)
+    return Fields(question=as_text(record["problem"], "problem"), answer=str(answer).strip(), solution=solution)
 
 
 def _options_after(text: str, header: str, labels: Callable[[int], str]) -> tuple[str, ...]:
@@ -192,24 +193,34 @@ def _with_options(question: str, header: str, labels: Sequence[str], choices: Se
 
 def _parse_mmlu(record: Mapping[str, Any]) -> Fields:
     if "choices" in record:  # hub: cais/mmlu
-        choices = tuple(str(c) for c in record["choices"])
-        question = _with_options(str(record["question"]), "Choices:", [str(i) for i in range(len(choices))], choices)
+        choices = tuple(as_text(c, "choices") for c in record["choices"])
+        question = _with_options(
+            as_text(record["question"], "question"), "Choices:", [str(i) for i in range(len(choices))], choices
+        )
         return Fields(question=question, answer=choices[int(record["answer"])], choices=choices)
-    question = str(record["problem"])
+    question = as_text(record["problem"], "problem")
     choices = _options_after(question, "Choices:\n", str)
-    return Fields(question=question, answer=_gold_option(choices, str(record["solution"])), choices=choices)
+    return Fields(
+        question=question, answer=_gold_option(choices, as_text(record["solution"], "solution")), choices=choices
+    )
 
 
 def _parse_medqa(record: Mapping[str, Any]) -> Fields:
     if "options" in record:  # hub: GBaker/MedQA-USMLE-4-options, options as {letter: text}
         options = record["options"]
         pairs = sorted(options.items()) if isinstance(options, Mapping) else [(o["key"], o["value"]) for o in options]
-        choices = tuple(str(v) for _, v in pairs)
-        question = _with_options(str(record["question"]), "Options:", [str(k) for k, _ in pairs], choices)
-        return Fields(question=question, answer=_gold_option(choices, str(record["answer"])), choices=choices)
-    question = str(record["problem"])
+        choices = tuple(as_text(v, "options") for _, v in pairs)
+        question = _with_options(
+            as_text(record["question"], "question"), "Options:", [str(k) for k, _ in pairs], choices
+        )
+        return Fields(
+            question=question, answer=_gold_option(choices, as_text(record["answer"], "answer")), choices=choices
+        )
+    question = as_text(record["problem"], "problem")
     choices = _options_after(question, "Options:\n", _letter)
-    return Fields(question=question, answer=_gold_option(choices, str(record["solution"])), choices=choices)
+    return Fields(
+        question=question, answer=_gold_option(choices, as_text(record["solution"], "solution")), choices=choices
+    )
 
 
 _PAREN_LABEL = re.compile(r"^\s*\(([A-Z])\)\s*")
@@ -235,11 +246,11 @@ def _logiqa_choices(question: str) -> tuple[str, ...]:
 
 def _parse_logiqa(record: Mapping[str, Any]) -> Fields:
     if "query" in record:  # hub: hails/agieval-logiqa-en, choices as '(A)text', gold as [index]
-        choices = tuple(_PAREN_LABEL.sub("", str(c)).strip() for c in record["choices"])
+        choices = tuple(_PAREN_LABEL.sub("", as_text(c, "choices")).strip() for c in record["choices"])
         gold = record["gold"]
         index = int(gold[0] if isinstance(gold, Sequence) and not isinstance(gold, str) else gold)
-        return Fields(question=str(record["query"]), answer=choices[index], choices=choices)
-    question, solution = str(record["problem"]), str(record["solution"])
+        return Fields(question=as_text(record["query"], "query"), answer=choices[index], choices=choices)
+    question, solution = as_text(record["problem"], "problem"), as_text(record["solution"], "solution")
     choices = _logiqa_choices(question)
     label = _PAREN_LABEL.match(solution)
     if label and ord(label.group(1)) - ord("A") < len(choices):
@@ -376,11 +387,9 @@ def _read_records(path: Path) -> list[Any]:
             raise ConfigError(f"cannot read problems from {path}: {_one_line(err)}") from err
     if suffix not in (".json", ".jsonl"):
         raise ConfigError(f"unsupported problem file {path}: expected .json, .jsonl or .parquet")
-    text = read_text(path, ConfigError)
     if suffix == ".jsonl":
-        lines = enumerate(text.splitlines(), 1)
-        return [parse_json(line, f"{path}:{n}", ConfigError, line=False) for n, line in lines if line.strip()]
-    data = parse_json(text, str(path), ConfigError)
+        return read_jsonl(path, ConfigError, torn=False)
+    data = parse_json(read_text(path, ConfigError), str(path), ConfigError)
     data = data.get("data") if isinstance(data, dict) else data
     if not isinstance(data, list):
         raise ConfigError(f'{path}: expected a list of records or {{"data": [...]}}')
@@ -460,7 +469,13 @@ def _source_files(spec: TaskSpec, source: str | Path) -> list[Path]:
 
 
 def _parse_files(spec: TaskSpec, files: Iterable[Path]) -> list[Problem]:
-    return [p for f in files for p in _parse_all(spec, _read_records(f), str(f))]
+    problems = []
+    for f in files:
+        records = _read_records(f)
+        if not records:  # an empty table: later counts ("n_eval=1 but 0 problems") would not say which file
+            raise ConfigError(f"{f}: holds no problems (no records)")
+        problems += _parse_all(spec, records, str(f))
+    return problems
 
 
 def load_problems(

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import parse_json, read_text
+from memrl.core.files import parse_json, read_jsonl, read_text
 from memrl.core.preferences import TAXONOMY, from_original, get_preference
 from memrl.core.splits import check_disjoint as check_splits_disjoint
+from memrl.core.validation import as_text
 
 # Personas in our own words; the paper draws its personas from Persona Hub, which is not shipped here.
 PERSONAS: tuple[str, ...] = (
@@ -92,13 +93,15 @@ class UserProfile:
         try:
             wording = record.get("wording")
             return cls(
-                str(record["id"]),
-                str(record["persona"]),
+                as_text(record["id"], "id"),
+                as_text(record["persona"], "persona"),
                 tuple(record["preferences"]),
-                None if wording is None else tuple(str(w) for w in wording),  # type: ignore[arg-type]
+                None if wording is None else tuple(as_text(w, "wording") for w in wording),  # type: ignore[arg-type]
             )
         except KeyError as exc:
             raise ConfigError(f"user profile record lacks key {exc.args[0]!r}") from exc
+        except ValueError as exc:
+            raise ConfigError(f"user profile record: {exc}") from exc
 
 
 def sample_profiles(
@@ -138,23 +141,19 @@ def sample_profiles(
 
 
 def _from_original(record: dict[str, Any]) -> UserProfile:
-    texts = tuple(str(text) for text in record["preferences"])
+    texts = tuple(as_text(text, "preferences") for text in record["preferences"])
     prefs = tuple(from_original(text).id for text in texts)
-    return UserProfile(f"orig-{record['i']}", str(record["persona"]), prefs, texts)  # type: ignore[arg-type]
+    return UserProfile(f"orig-{record['i']}", as_text(record["persona"], "persona"), prefs, texts)  # type: ignore[arg-type]
 
 
 def load_profiles(path: str | Path) -> list[UserProfile]:
     """Profiles from our JSONL/JSON (`id, persona, preferences`) or the original `user_profiles.json`."""
     path = Path(path)
-    text = read_text(path, ConfigError)  # says what stands at `path` when it is not a file
-    records = (
-        [
-            parse_json(line, f"{path}:{n}", ConfigError, line=False)
-            for n, line in enumerate(text.splitlines(), 1)
-            if line.strip()
-        ]
+    # The readers say what stands at `path` when it is not a file.
+    records: Any = (
+        read_jsonl(path, ConfigError, torn=False)
         if path.suffix == ".jsonl"
-        else parse_json(text, str(path), ConfigError)
+        else parse_json(read_text(path, ConfigError), str(path), ConfigError)
     )
     if not isinstance(records, list):
         raise ConfigError(f"{path}: expected a list of user profiles")
@@ -162,7 +161,7 @@ def load_profiles(path: str | Path) -> list[UserProfile]:
     for index, record in enumerate(records):
         try:
             profile = _from_original(record) if "i" in record else UserProfile.from_record(record)
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:  # ValueError: a text field that is not text (as_text)
             raise ConfigError(f"{path}: user profile {index} is malformed ({exc})") from exc
         except ConfigError as exc:
             raise ConfigError(f"{path}: user profile {index}: {exc}") from exc

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from memrl.app.stages.registry import StageConfig, kind_of
-from memrl.core.schema import StrictModel
+from memrl.core.schema import PlainName, StrictModel, plain_name_problem
 from memrl.rollout.config import ModelConfig
 
 
@@ -22,7 +22,7 @@ class LoggingConfig(StrictModel):
 
 
 class Recipe(StrictModel):
-    name: str
+    name: PlainName = Field(description="names the run folder (runs/<name>) and the run in logs")
     smoke: list[str] = Field(
         default_factory=list, description="overrides `memrl run --smoke` applies: a tiny model, a few steps"
     )
@@ -42,6 +42,9 @@ class Recipe(StrictModel):
 
     @model_validator(mode="after")
     def _stage_models_exist(self) -> Recipe:
+        for stage_name in self.stages:  # each names its folder in the run folder: `../x` would write outside it
+            if problem := plain_name_problem(stage_name):
+                raise ValueError(f"stages: stage name {problem}")
         for stage_name, stage in self.stages.items():
             ref = getattr(stage, "model", None)
             if isinstance(ref, str) and ref not in self.models:

@@ -137,9 +137,16 @@ def _dashboard_from_gcs(gcs: str) -> str:
 def _probe_http(url: str, timeout: float) -> None:
     """Fail in one line unless a Ray job server answers at `url`: nothing listening, a server that speaks no HTTP
     (BadStatusLine), or one that is not Ray's (its /api/version is no JSON naming a Ray version)."""
+    from memrl.envs.ray_start import no_token_line, token_headers
+
+    request = urllib.request.Request(f"{url}/api/version", headers=token_headers())
     try:
-        with urllib.request.urlopen(f"{url}/api/version", timeout=timeout) as reply:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
             version = json.loads(reply.read(2**16))
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):  # a cluster with token authentication, and this shell holds no (or another) token
+            raise MemrlError(no_token_line(url)) from None
+        raise MemrlError(f"cannot reach the Ray job server at {url}: {exc.reason or exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError, RecursionError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise MemrlError(f"cannot reach the Ray job server at {url}: {reason or type(exc).__name__}") from None

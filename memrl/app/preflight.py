@@ -10,6 +10,7 @@ problem is one line; none means ready.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from memrl.app.config import Recipe
+from memrl.core import interrupts
 from memrl.core.errors import MemrlError
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.probe import Endpoint, is_local
@@ -47,6 +49,7 @@ print(json.dumps(bad))
 class Report:
     checks: list[tuple[str, str]] = field(default_factory=list)  # (what, result) of the checks that passed
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # not in the way of the run, but the user should know
 
 
 @dataclass
@@ -215,7 +218,7 @@ def _ray(address: str, report: Report) -> None:
     except ImportError:
         report.problems.append("ray: not importable, but a Ray address is given")
         return
-    from memrl.envs.ray_start import probe_ray
+    from memrl.envs.ray_start import cluster_auth, local_ray, no_auth_warning, probe_ray
     from memrl.train.verl_main import forwarded_env
 
     wanted = forwarded_env(os.environ | {"WANDB_MODE": os.environ.get("WANDB_MODE", "offline")})
@@ -226,9 +229,17 @@ def _ray(address: str, report: Report) -> None:
         report.problems.append(f"ray: {exc}")
         return
     try:
-        local = {"num_cpus": 1, "include_dashboard": False} if address == "local" else {"address": address}
-        ray.init(runtime_env={"env_vars": wanted}, **local)
+        # A local Ray is this check's own, loopback only and with a token; a cluster is the user's, as it is.
+        local = address == "local"
+        setup = local_ray() if local else contextlib.nullcontext({"address": address})
+        with interrupts.kept(), setup as options:
+            ray.init(
+                runtime_env={"env_vars": wanted}, **(({"num_cpus": 1, "address": "local"} if local else {}) | options)
+            )
+        gcs = ray.get_runtime_context().gcs_address
         seen = ray.get(ray.remote(_present).remote(sorted(wanted)))
+        if address != "local" and not cluster_auth(gcs):
+            report.warnings.append(f"ray: {no_auth_warning(gcs)}")
     except Exception as exc:
         report.problems.append(f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return

@@ -18,12 +18,14 @@ from pydantic import ValidationError
 
 from memrl.app.config import Recipe
 from memrl.app.context import RESOLVED_NAME
+from memrl.core import secrets
 from memrl.core.envrefs import ENV_REF, register_secrets, substitute
 from memrl.core.errors import ConfigError
 from memrl.core.files import atomic_write_text, describe_kind, read_text
+from memrl.core.runfolder import RUNTIME_KEYS
 from memrl.core.secrets import redact
 from memrl.core.validation import describe_error, did_you_mean
-from memrl.core.yamlsafe import YamlRefused, load_yaml, safe_load
+from memrl.core.yamlsafe import MAX_DEPTH, YamlRefused, load_yaml, safe_load
 
 Key = str | int
 # Recipes are a few KB; PyYAML would spend minutes on a hostile 50 MB file before finding it malformed.
@@ -45,7 +47,41 @@ class LoadedRecipe:
         return data
 
     def save(self, directory: Path) -> Path:
-        return atomic_write_text(directory / RESOLVED_NAME, redact(yaml.safe_dump(self.resolved(), sort_keys=False)))
+        """Write the resolved recipe into the run folder, refusing one that holds a run of another setup (the
+        stages would mix two experiments' outputs, and the saved recipe would no longer say what was run)."""
+        text = redact(yaml.safe_dump(self.resolved(), sort_keys=False))
+        saved = directory / RESOLVED_NAME
+        if saved.is_file():
+            before = load_yaml(read_text(saved, ConfigError, limit=MAX_RECIPE_BYTES), str(saved), ConfigError)
+            if isinstance(before, dict) and (changed := setup_changes(before, safe_load(text))):
+                raise ConfigError(
+                    f"{directory} holds a run of another setup ({', '.join(changed[:3])} "
+                    f"{'differs' if len(changed) == 1 else 'differ'}): use another "
+                    f"output_dir, or `memrl resume {directory}` to go on with the saved one"
+                )
+        return atomic_write_text(saved, text)
+
+
+# What a rerun may change in a run folder's recipe: words, the smoke list, tracking and where the folder is (a resume
+# names it absolutely), and how work is carried out (runfolder.RUNTIME_KEYS, at any depth).
+_MAY_CHANGE = frozenset({"description", "smoke", "logging", "output_dir"})
+
+
+def setup_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The dotted keys whose values differ between two resolved recipes, apart from what a rerun may change."""
+    changed: list[str] = []
+
+    def walk(a: Any, b: Any, path: tuple[str, ...]) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b), key=str):
+                if (not path and key in _MAY_CHANGE) or key in RUNTIME_KEYS:
+                    continue
+                walk(a.get(key), b.get(key), (*path, str(key)))
+        elif a != b:
+            changed.append(".".join(path))
+
+    walk(before, after, ())
+    return changed
 
 
 # ---- finding recipes ---------------------------------------------------------------------------------------
@@ -127,15 +163,17 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"override {item!r} is not of the form dotted.key=value")
+            raise ConfigError(f"override {_shown(item)} is not of the form dotted.key=value")
+        parts = key.strip().split(".")
+        if len(parts) > MAX_DEPTH:  # every later walk of the recipe recurses once per level
+            raise ConfigError(f"override {_shown(item)}: its key is nested more than {MAX_DEPTH} levels deep")
         try:
             value = safe_load(raw) if raw.strip() else ""
         except YamlRefused as exc:
-            raise ConfigError(f"override {item!r}: {exc}") from None
+            raise ConfigError(f"override {_shown(item)}: {exc}") from None
         except yaml.YAMLError:  # not YAML: the text itself, e.g. `prompt=a: b`
             value = raw
         node: Any = data
-        parts = key.strip().split(".")
         for i, part in enumerate(parts[:-1]):
             node = _section(node, part, parts[: i + 1], item)
         if isinstance(node, list):
@@ -145,12 +183,20 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return data
 
 
+def _shown(item: str, limit: int = 120) -> str:
+    """An override as error lines quote it: cut to `limit` characters (one may be 100 KB long)."""
+    return repr(item if len(item) <= limit else item[:limit] + "...")
+
+
 def _index(node: list[Any], part: str, path: Sequence[str], item: str) -> int:
     """A list position named in an override: an existing index, since a recipe's lists have no gaps."""
-    if not (part.isascii() and part.isdigit()) or int(part) >= len(node):  # not `²`: a digit int() refuses
+    # ASCII digits only (`²` is a digit int() refuses), and few of them (int() refuses 4,300 digits and more).
+    if not (part.isascii() and part.isdigit() and len(part) <= 9) or int(part) >= len(node):
         where = ".".join(path[:-1])
         indices = f"0..{len(node) - 1}" if node else "none: the list is empty"
-        raise ConfigError(f"override {item!r}: {where} is a list; {part!r} is not one of its indices ({indices})")
+        raise ConfigError(
+            f"override {_shown(item)}: {where} is a list; {part[:20]!r} is not one of its indices ({indices})"
+        )
     return int(part)
 
 
@@ -163,7 +209,7 @@ def _section(node: Any, part: str, path: Sequence[str], item: str) -> Any:
         if child is None:
             child = node[part] = {}
     if not isinstance(child, dict | list):
-        raise ConfigError(f"override {item!r}: {'.'.join(path)} is a value, not a section")
+        raise ConfigError(f"override {_shown(item)}: {'.'.join(path)[:120]} is a value, not a section")
     return child
 
 
@@ -189,8 +235,10 @@ def interpolate(data: Any, path: tuple[Key, ...] = ()) -> tuple[Any, dict[tuple[
         resolved = substitute(
             data, message=lambda name: f"recipe key {where!r}: environment variable {name} is not set"
         )
-        # A whole-value reference such as ${PORT} may stand for a number or a boolean.
-        return (_env_value(resolved) if ENV_REF.fullmatch(data) and resolved else resolved), templates
+        # A whole-value reference such as ${PORT} may stand for a number or a boolean; a secret stays text (read as
+        # YAML, `sk-...: x` would be a mapping that error lines then show).
+        whole = ENV_REF.fullmatch(data) and resolved and resolved not in secrets.known()
+        return (_env_value(resolved) if whole else resolved), templates
     return data, templates
 
 

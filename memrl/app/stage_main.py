@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from memrl.core import interrupts
 from memrl.core.errors import MemrlError
 
 
@@ -31,6 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemrlError as exc:
         Console(stderr=True).print(f"memrl: error: {exc}", highlight=False, markup=False)
         return 2
+    except KeyboardInterrupt as exc:  # the launcher passed on a signal: `memrl run` says how to resume
+        return interrupts.exit_code(exc)
     return 0
 
 
@@ -56,4 +59,5 @@ def run_stage(recipe_ref: str, name: str, console: Console) -> None:
 
 
 if __name__ == "__main__":
+    interrupts.install()
     sys.exit(main())

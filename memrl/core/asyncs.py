@@ -26,6 +26,21 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
+def close_loop(loop: asyncio.AbstractEventLoop, timeout: float = 5.0) -> None:
+    """Close an event loop this code runs by hand (`run_until_complete`): its tasks still pending (a run stopped by
+    a signal or an error mid-way) are cancelled and given `timeout` seconds to end first, as `asyncio.run` does, so
+    none is destroyed pending (asyncio's "Task was destroyed but it is pending!") and none holds a connection."""
+    if loop.is_closed():
+        return
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending, timeout=timeout))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
 async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """`asyncio.to_thread` in a thread that ends with the call, for blocking work that runs torch.
 

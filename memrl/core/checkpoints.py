@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -64,11 +65,23 @@ def adapter_base(folder: Path) -> str:
     return str(base)
 
 
-def last_step_dir(stage_dir: Path, prefix: str = "checkpoint-") -> Path | None:
-    """The newest `<prefix>N` folder a trainer saved (TRL: checkpoint-N, verl: global_step_N), or None."""
+def last_step_dir(
+    stage_dir: Path, prefix: str = "checkpoint-", complete: Callable[[Path], bool] | None = None
+) -> Path | None:
+    """The newest `<prefix>N` folder a trainer saved (TRL: checkpoint-N, verl: global_step_N), or None; with
+    `complete`, the newest for which it holds (a save cut short by a signal or a crash is passed over)."""
     step = re.compile(re.escape(prefix) + r"(\d+)$")
     found = [(int(m.group(1)), p) for p in stage_dir.glob(f"{prefix}*") if (m := step.search(p.name))]
+    found = [(n, p) for n, p in found if complete is None or complete(p)]
     return max(found)[1] if found else None
+
+
+def trainer_saved(folder: Path) -> bool:
+    """Whether a Hugging Face Trainer checkpoint is whole: it writes trainer_state.json last."""
+    try:
+        return isinstance(json.loads((folder / "trainer_state.json").read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
 
 
 def resolve_model(ref: str) -> str:

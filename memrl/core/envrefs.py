@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from memrl.core.errors import ConfigError
-from memrl.core.secrets import URL, is_secret_name, register, url_credentials
+from memrl.core.secrets import is_secret_name, register, url_credentials, urls
 from memrl.core.yamlsafe import safe_load
 
 # Group 1 is the name; group 2 the default after `:-`, None when there is none (an empty default is "").
@@ -75,7 +75,7 @@ def _credential_refs(text: str) -> set[int]:
     # Each reference becomes a plain token, so that the URL reads as it will once filled in.
     marked = ENV_REF.sub(lambda _: f"memrlref{next(numbers)}x", text)
     found: set[int] = set()
-    for url in URL.findall(marked):
+    for url in urls(marked):
         authority = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0]
         credentials = authority.rpartition("@")[0] + "?" + url.partition("?")[2]
         found |= {refs[int(i)].start() for i in re.findall(r"memrlref(\d+)x", credentials)}

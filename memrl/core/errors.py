@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 from memrl.core.secrets import redact
@@ -34,7 +35,11 @@ def closest(word: str, options: Iterable[str], cutoff: float = 0.5) -> str | Non
     return match[0] if match else None
 
 
+# Terminal colour and cursor codes: libraries (Ray) colour their messages; in a one-line error they are noise.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def first_line(exc: BaseException) -> str:
-    """An exception's message cut to its first line (the type name when it has none)."""
-    lines = str(exc).strip().splitlines()
+    """An exception's message cut to its first line, without terminal codes (the type name when it has none)."""
+    lines = _ANSI.sub("", str(exc)).strip().splitlines()
     return lines[0] if lines else type(exc).__name__

@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
+import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -129,37 +131,118 @@ def read_json(path: str | Path, error: type[MemrlError] = MemrlError) -> Any:
 
 
 def parse_json(text: str | bytes, where: str, error: type[MemrlError] = MemrlError, *, line: bool = True) -> Any:
-    """`json.loads(text)`; invalid JSON raises `error`: `WHERE: not valid JSON (why, line N)` (`line=False` leaves
-    out the line, for a JSONL line whose WHERE is `PATH:N` already). Nesting deeper than Python's stack is hostile
-    input, not data: it says so instead of raising RecursionError."""
+    """`json.loads(text)`, strictly; invalid JSON raises `error`: `WHERE: not valid JSON (why, line N)` (`line=False`
+    leaves out the line, for a JSONL line whose WHERE is `PATH:N` already). Nesting deeper than Python's stack is
+    hostile input, not data: it says so instead of raising RecursionError. NaN, Infinity and numbers too large for a
+    float (1e309) are no JSON: Python's reader would take them as floats that then pass as text ("nan", "inf")."""
     try:
-        return json.loads(text)
+        return loads(text)
     except json.JSONDecodeError as exc:
         raise error(f"{where}: not valid JSON ({exc.msg}{f', line {exc.lineno}' if line else ''})") from None
+    except NotJson as exc:
+        raise error(f"{where}: not valid JSON ({exc})") from None
     except RecursionError:
         raise error(f"{where}: not valid JSON (nested too deeply)") from None
 
 
-def read_jsonl(path: str | Path, error: type[MemrlError] = MemrlError) -> list[dict[str, Any]]:
-    """The JSON objects of a JSONL file, read only. A last line without its newline that does not parse is the torn
-    write of a killed process and is dropped; any other bad line raises `error` naming `PATH:LINE`."""
+class NotJson(ValueError):
+    """What Python's JSON reader accepts but JSON is not (NaN, Infinity, a number past a float's range)."""
+
+
+def _constant(name: str) -> Any:
+    raise NotJson(f"{name} is no JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NotJson(f"the number {text[:40]} is too large")
+    return value
+
+
+class WrittenObject(dict[str, Any]):
+    """A decoded JSON object that remembers its keys as written: json keeps only the last of a repeated key."""
+
+    written: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, Any]]) -> WrittenObject:
+        obj = cls(pairs)
+        obj.written = tuple(key for key, _ in pairs)
+        return obj
+
+
+_DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_constant)
+_WRITTEN = json.JSONDecoder(parse_float=_finite, parse_constant=_constant, object_pairs_hook=WrittenObject.from_pairs)
+
+
+def loads(text: str | bytes, *, as_written: bool = False) -> Any:
+    """`json.loads` that raises NotJson for NaN, Infinity and numbers past a float's range (see `parse_json`);
+    `as_written`: objects come back as `WrittenObject`s (a repeated key stays visible)."""
+    decoder = _WRITTEN if as_written else _DECODER
+    return decoder.decode(text.decode("utf-8") if isinstance(text, bytes) else text)
+
+
+def raw_decode(text: str, start: int, *, as_written: bool = False) -> tuple[Any, int]:
+    """`JSONDecoder.raw_decode` with the same refusals (and `as_written`) as `loads`."""
+    return (_WRITTEN if as_written else _DECODER).raw_decode(text, start)
+
+
+# Characters JSON may hold raw inside a string but that break a JSON Lines file or its encoding: line separators
+# that str.splitlines() (and other tools' readers) take for line ends, and lone surrogates, which UTF-8 cannot encode.
+_UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
+
+
+def json_text(data: Any, **kwargs: Any) -> str:
+    """`json.dumps(data, ensure_ascii=False)` with the characters above written as `\\uXXXX` escapes: the same JSON,
+    one line, always encodable as UTF-8 (a lone surrogate from an endpoint or a JSON file reads back as it was)."""
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(data, ensure_ascii=False, **kwargs))
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines text: split at "\\n" only. JSON strings may hold U+2028 or U+0085 raw, which
+    `str.splitlines()` would take for line ends."""
+    return text.split("\n")
+
+
+def read_jsonl(path: str | Path, error: type[MemrlError] = MemrlError, *, torn: bool = True) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file, read only (see `numbered_jsonl`)."""
+    return [record for _, record in numbered_jsonl(path, error, torn=torn)]
+
+
+def numbered_jsonl(
+    path: str | Path, error: type[MemrlError] = MemrlError, *, torn: bool = True
+) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSONL file with their line numbers, read only. A last line without its newline that
+    does not parse is the torn write of a killed process and is dropped (`torn=False`, for a file the user wrote:
+    it is an error like any other); any other bad line raises `error` naming `PATH:LINE`."""
     path = Path(path)
     text = read_text(path, error)
-    lines = text.splitlines()
-    out: list[dict[str, Any]] = []
+    lines = jsonl_lines(text.removesuffix("\n"))
+    out: list[tuple[int, dict[str, Any]]] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             record = parse_json(line, f"{path}:{n}", error, line=False)
         except MemrlError:
-            if n == len(lines) and not text.endswith("\n"):
+            if torn and n == len(lines) and not text.endswith("\n"):
                 break
             raise
         if not isinstance(record, dict):
-            raise error(f"{path}:{n}: expected a JSON object, got {type(record).__name__}")
-        out.append(record)
+            raise error(f"{path}:{n}: expected a JSON object, got {json_type(record)}")
+        out.append((n, record))
     return out
+
+
+def json_type(value: Any) -> str:
+    """A JSON value's kind in words: "null", "a list", "a string", "a number", "true", "an object"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    kinds = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number"}
+    return next((words for kind, words in kinds.items() if isinstance(value, kind)), type(value).__name__)
 
 
 @contextlib.contextmanager
@@ -234,6 +317,14 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
+def write_jsonl(rows: Iterable[Any], path: str | Path) -> Path:
+    """One JSON value a line (`json_text`: whatever a string holds, one line of UTF-8), written atomically."""
+    with atomic_writer(path) as f:
+        for row in rows:
+            f.write(json_text(row) + "\n")
+    return Path(path)
+
+
 def atomic_write_json(path: str | Path, data: Any, *, indent: int | None = 1) -> Path:
-    """Write `data` as UTF-8 JSON (non-ASCII kept as is) with a final newline, atomically; returns the path."""
-    return atomic_write_text(path, json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
+    """Write `data` as UTF-8 JSON (non-ASCII kept as is, see `json_text`) with a final newline, atomically."""
+    return atomic_write_text(path, json_text(data, indent=indent) + "\n")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterator
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import MemrlError
-from memrl.core.files import check_file, naming
+from memrl.core.files import check_file, json_text, loads, naming
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +54,10 @@ class ResumableJsonl:
     def _parse(self, line: bytes, n: int) -> dict[str, Any]:
         """Line `n` as a record; a line that is not one raises naming `PATH:n`."""
         try:
-            record = json.loads(line.decode("utf-8"))
+            record = loads(line.decode("utf-8"))
         except UnicodeDecodeError:
             raise MemrlError(f"{self.path}:{n}: not UTF-8 text; fix or remove that line to resume") from None
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # JSONDecodeError and NotJson are ValueErrors
             raise MemrlError(f"{self.path}:{n}: not valid JSON; fix or remove that line to resume") from None
         if not isinstance(record, dict):
             raise MemrlError(f"{self.path}:{n}: not a JSON object; fix or remove that line to resume")
@@ -72,7 +71,7 @@ class ResumableJsonl:
         return {str(r[self.key]): r for r in self._records if self.key in r}
 
     def append(self, record: dict[str, Any]) -> None:
-        data = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+        data = (json_text(record) + "\n").encode()  # one line whatever the text holds (see core.files.json_text)
         with naming(self.path):  # a full disk fails `write`, which names no file
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from memrl.core.errors import MemrlError, ModelNotFoundError, first_line
 from memrl.core.files import describe_kind, describe_os_error
+from memrl.core.model_files import check_model_dir
 
 CACHE_ENV = "MEMRL_CACHE"
 _READY = "memrl-model.json"
@@ -172,6 +173,7 @@ def resolve(ref: str) -> str:
     if path.is_dir():
         if not any((path / name).exists() for name in _MODEL_FILES):
             raise ModelNotFoundError(f"{path}: no model files ({', '.join(_MODEL_FILES)}, ...)")
+        check_model_dir(path)  # a broken folder fails here in one line, not in a loader or a server's child
         return str(path)
     if path.exists():
         if not path.is_file():  # a FIFO or a device: loading it would hang or read garbage

@@ -128,7 +128,9 @@ def claim(out: Path, cfg: BaseModel, may_change: Collection[str] = ()) -> None:
         old, new = _setup(_redacted(before), {*RUNTIME_KEYS, *may_change}), _setup(now, {*RUNTIME_KEYS, *may_change})
         changed = sorted(k for k in new if old.get(k) != new[k])
         if changed:
-            raise ConfigError(f"{out} holds a run with different {', '.join(changed)}; use another --out")
+            raise ConfigError(
+                f"{out} holds a run with different {', '.join(changed)}; use another output folder (--out, output_dir)"
+            )
     atomic_write_text(saved, json.dumps(now, indent=2, ensure_ascii=False) + "\n")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from collections.abc import Iterable
@@ -12,6 +13,17 @@ from pydantic import BaseModel, ValidationError
 from memrl.core.errors import closest
 
 Key = str | int
+
+
+def as_text(value: Any, what: str) -> str:
+    """A value read from a data file as text: a string, or a number written as one (a benchmark's answer `42`).
+    null, booleans, lists and objects raise ValueError naming `what`: `str()` would make a question of "None"."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    kind = "null" if value is None else type(value).__name__.replace("dict", "an object").replace("list", "a list")
+    raise ValueError(f"{what} must be text, got {kind}")
 
 
 def describe_error(exc: ValidationError, root: type[BaseModel]) -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from memrl.core.errors import MemrlError
+from memrl.core.errors import MemrlError, first_line
 
 MAX_DEPTH = 64  # recipes nest 5-6 levels; every later walk of the result recurses once per level
 MAX_VALUES = 200_000  # values once aliases are expanded; the largest bundled recipe has a few hundred
@@ -56,6 +56,8 @@ def safe_load(text: str) -> Any:
         return loader.construct_document(node)
     except RecursionError:  # the scanner's own recursion on pathological flow syntax: same verdict
         raise YamlRefused(f"nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # int() refuses a number of thousands of digits (Python's limit on its work)
+        raise YamlRefused(f"a value YAML cannot hold here ({first_line(exc).partition(';')[0]})") from None
     finally:
         loader.dispose()
 
@@ -76,6 +78,7 @@ def _expanded_size(node: Node, sizes: dict[int, int], open_: set[int]) -> int:
         children = node.value
     elif isinstance(node, MappingNode):
         children = [part for pair in node.value for part in pair]
+        _unique_keys(node)
     open_.add(key)
     total = 1 + sum(_expanded_size(child, sizes, open_) for child in children)
     open_.discard(key)
@@ -85,6 +88,16 @@ def _expanded_size(node: Node, sizes: dict[int, int], open_: set[int]) -> int:
         )
     sizes[key] = total
     return total
+
+
+def _unique_keys(node: MappingNode) -> None:
+    """A key written twice in one mapping: PyYAML keeps the last silently, so a recipe would not say what it runs."""
+    seen: set[str] = set()
+    for key, _ in node.value:
+        if isinstance(key, ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+            if key.value in seen:
+                raise YamlRefused(f"key {key.value[:60]!r} is given twice (line {key.start_mark.line + 1})")
+            seen.add(key.value)
 
 
 def describe_yaml_error(exc: yaml.YAMLError) -> str:

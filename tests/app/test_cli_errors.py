@@ -224,7 +224,7 @@ def test_readers_name_the_path_and_the_problem(tmp_path: Path) -> None:
         read_text(folder, ConfigError)
     with pytest.raises(ConfigError, match=rf"^{binary}: not a folder$"):
         list_dir(binary, ConfigError)
-    with pytest.raises(ConfigError, match=rf"^{log}:2: expected a JSON object, got list$"):
+    with pytest.raises(ConfigError, match=rf"^{log}:2: expected a JSON object, got a list$"):
         read_jsonl(log, ConfigError)
     log.write_text('{"a": 1}\n{"b": ')  # a torn last line, as a killed writer leaves it: dropped
     assert read_jsonl(log, ConfigError) == [{"a": 1}]

@@ -29,13 +29,18 @@ SECRET = "sekrit-4f2a"
 QUICKSTART_STAGES = ["pull", "data", "sft", "grpo", "export", "eval"]
 
 
+# The cluster takes a token, as docs/cluster.md sets one up: its two nodes listen beyond loopback (a cluster of
+# several nodes must), so without one anything on the network could run code on it. Its processes, the CLI runs
+# and this process (job client, state API) all get it through the environment (`cluster_auth`), never a file.
+AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(32).hex()}
+
+
 def _env(**extra: str) -> dict[str, str]:
     return {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "COLUMNS": "200",
-        # The machine's ~/.ray may hold a token that turns Ray's token auth on; this test cluster runs without it.
-        "RAY_AUTH_MODE": "disabled",
+        **AUTH,
         "RAY_USAGE_STATS_ENABLED": "0",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # job entrypoints call `memrl` by name
         **extra,
@@ -69,6 +74,30 @@ def _node_args(root: Path) -> list[str]:
         "--temp-dir", str(root), "--disable-usage-stats",
         *(item for flag, port in ports.items() for item in (flag, str(port))),
     ]  # fmt: skip
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster_auth() -> Iterator[None]:
+    """This process holds the cluster's token while the module runs (Ray reads it again: the cache is reset)."""
+    before = {name: os.environ.get(name) for name in AUTH}
+    os.environ.update(AUTH)
+    _reload_token()
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        _reload_token()
+
+
+def _reload_token() -> None:
+    raylet: Any = sys.modules.get("ray._raylet")
+    if raylet is not None:
+        raylet.Config.initialize("")
+        raylet.AuthenticationTokenLoader.instance().reset_cache()
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +200,7 @@ def test_launch_runs_a_stage_as_a_ray_job(
         cwd=work, env=_env(WANDB_API_KEY=SECRET),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    assert "no authentication" not in result.stderr  # the cluster takes a token: nothing to warn about
     # The job's own log comes back on the console.
     assert "data: 2 train / 1 eval reflection samples" in result.stdout
     job_id = next(w for w in result.stderr.split() if w.startswith("raysubmit_"))

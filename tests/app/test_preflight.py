@@ -104,3 +104,99 @@ def test_a_ray_worker_sees_the_variables_the_job_forwards(tmp_path: Path, memrl_
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "a worker sees" in result.stdout
+
+
+# ---- a Ray cluster without authentication: a warning, with the fix ------------------------------------------------
+
+NO_AUTH = "has no authentication: anyone who can reach it can run code as you"
+TOKEN = "0123456789abcdef" * 4  # the stand-in job server's token
+
+
+@pytest.mark.slow
+def test_preflight_warns_on_a_ray_cluster_without_authentication(
+    tmp_path: Path, memrl_cli: MemrlCLI, ray_head: dict[str, str]
+) -> None:
+    """A head started as `RAY_AUTH_MODE=disabled ray start --head` gets the one-line warning (and its fix); the
+    session's head, which takes a token, and `--ray local` (memrl's own) get none."""
+    from support import ray_head_node
+
+    args = ("preflight", "quickstart", "--stage", "export", f"output_dir={tmp_path / 'run'}")
+    with ray_head_node({"RAY_AUTH_MODE": "disabled"}) as open_head:
+        env = {**os.environ, **open_head}
+        result = memrl_cli(*args, "--ray", open_head["RAY_ADDRESS"], cwd=tmp_path, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]  # a warning, not a problem: the cluster is the user's
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("memrl: preflight: warning: ")]
+    assert len(warnings) == 1 and NO_AUTH in warnings[0] and "RAY_AUTH_MODE=token" in warnings[0], result.stderr
+    assert open_head["RAY_ADDRESS"] in warnings[0]
+    result = memrl_cli(*args, "--ray", ray_head["RAY_ADDRESS"], cwd=tmp_path, env={**os.environ, **ray_head})
+    assert result.returncode == 0 and NO_AUTH not in result.stderr, result.stderr[-2000:]
+
+
+class _Dashboard(BaseHTTPRequestHandler):
+    """A Ray job server's two public pages, with the authentication mode the path's first part names."""
+
+    def do_GET(self) -> None:
+        mode, _, page = self.path.lstrip("/").partition("/")
+        answers = {"api/version": {"ray_version": "2.60.0"}, "api/authentication_mode": {"authentication_mode": mode}}
+        if page not in answers or (page == "api/authentication_mode" and mode == "old"):  # a Ray before tokens
+            self.send_response(404)
+            self.end_headers()
+            return
+        if page == "api/version" and mode == "token" and self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            self.send_response(401)  # as Ray's job server answers a request without the cluster's token
+            self.end_headers()
+            return
+        data = json.dumps(answers[page]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def dashboard() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(("mode", "warned"), [("disabled", True), ("old", True), ("token", False)])
+def test_launch_warns_on_a_job_server_without_authentication(
+    mode: str, warned: bool, dashboard: str, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
+    from memrl.envs.ray_start import job_server_auth
+
+    url = f"{dashboard}/{mode}"
+    assert job_server_auth(url) is not warned
+    # A process of its own: Ray's loggers keep the stream they first saw, which in-process runs close behind them.
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}  # the token is sent where one is asked
+    result = memrl_cli("launch", "generate", "--ray-address", url, cwd=tmp_path, timeout=300, env=env)
+    code, stderr = result.returncode, result.stderr
+    # The stand-in takes no job: the launch then fails in its one line, after the warning.
+    assert code == 2 and "Traceback" not in stderr and stderr.splitlines()[-1].startswith("memrl: error: "), stderr
+    warnings = [line for line in stderr.splitlines() if line.startswith("memrl: warning: ")]
+    assert warnings == ([f"memrl: warning: the Ray cluster at {url} {NO_AUTH}. Start it with `RAY_AUTH_MODE=token "
+                         "ray start ...` and give memrl the same token (RAY_AUTH_TOKEN); see docs/cluster.md"]
+                        if warned else []), stderr  # fmt: skip
+
+
+@pytest.mark.parametrize("held", [None, "another-token-" * 3])
+def test_launch_without_the_clusters_token_is_one_line(
+    held: str | None, dashboard: str, tmp_path: Path, memrl_cli: MemrlCLI
+) -> None:
+    """A job server that takes a token, and a shell that holds none or another: one line saying what to set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": str(tmp_path)}
+    if held is not None:
+        env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": held}
+    result = memrl_cli("launch", "generate", "--ray-address", f"{dashboard}/token", cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"memrl: error: the Ray cluster at {dashboard}/token takes a token and refused this one (or none): export "
+        "RAY_AUTH_MODE=token with the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN (see docs/cluster.md)"
+    ], result.stderr

@@ -73,5 +73,5 @@ def test_bad_prompts_file_is_one_line(tiny_qwen2: str, tmp_path: Path, memrl_cli
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        f"memrl: error: {prompts}:2: expected a JSON object with a 'prompt' field"
+        f"memrl: error: {prompts}:2: expected a JSON object with a 'prompt' string, got no 'prompt' field"
     )

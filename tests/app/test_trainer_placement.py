@@ -69,7 +69,7 @@ def test_trl_launches_one_process_per_trainer_gpu(tmp_path: Path, monkeypatch: p
     # The node's GPUs named otherwise (a Ray worker's view, say): the plan's indexes pick among them.
     named = distributed.trl_launch("m", Path("r"), "grpo", load_recipe("reflector-qwen2.5-7b").recipe.stages[
         "grpo"].cluster, ["a", "b", "c", "d", "e", "f", "g", "h"], trainer_gpus=(0, 1, 2, 3))  # fmt: skip
-    assert named is not None and named.env == {"CUDA_VISIBLE_DEVICES": "a,b,c,d"}
+    assert named is not None and named.env["CUDA_VISIBLE_DEVICES"] == "a,b,c,d"
     # On CPU the stage trains in-process and the dry run still shows the plan for the GPU node.
     monkeypatch.setattr(distributed, "visible_gpus", lambda: [])
     cpu = _dry_run(tmp_path, "reflector-qwen2.5-7b", "grpo", "stages.grpo.trainer=trl")

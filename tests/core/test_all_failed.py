@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import memrl_in_process
+from support import local_ray, memrl_in_process
 
 from memrl.core.errors import ConfigError
 from memrl.core.outcomes import NothingDoneError, Outcome, require_data, require_success, shortfall
@@ -131,7 +131,8 @@ def test_reflection_data_stage_with_nothing_to_learn_writes_no_dataset(tmp_path:
          f"stages.data.train_sessions=[{paths['train']}]", f"stages.data.eval_sessions=[{paths['eval']}]"]
     )  # fmt: skip
     line = _one_line(code, err)
-    assert "data: no training records: all 1 train sessions were skipped (nothing to learn 1); no dataset" in line
+    why = "1 with nothing to learn (no preference enforced)"
+    assert f"data: no training records: all 1 train sessions were skipped ({why}); no dataset" in line
     assert not (run / "data" / "sft").exists() and not (run / "data" / "train.jsonl").exists()
 
 
@@ -152,7 +153,9 @@ def test_data_reflection_and_data_judger_with_nothing_usable_fail_in_one_line(tm
     code, err = memrl_in_process(
         ["data", "reflection", "--train-sessions", sessions, "--eval-sessions", sessions, "--out", tmp_path / "r"]
     )
-    assert "all 1 train sessions were skipped (nothing to learn 1)" in _one_line(code, err)
+    assert "all 1 train sessions were skipped (1 with nothing to learn (no preference enforced))" in _one_line(
+        code, err
+    )
     assert not (tmp_path / "r").exists()
     tod = tmp_path / "tod"
     tod.mkdir()
@@ -180,12 +183,10 @@ def test_data_reflection_and_data_judger_with_nothing_usable_fail_in_one_line(tm
 @pytest.fixture(scope="module")
 def ray_up() -> Iterator[None]:
     """One local Ray in this process for the module: each in-process run joins it instead of starting its own."""
-    import ray
 
     env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env})
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=2, runtime_env={"env_vars": env}):
+        yield
 
 
 def _argv(command: str, endpoint: str, out: Path) -> list[object]:

@@ -42,7 +42,8 @@ def test_cache_dir_follows_env(model_cache: Path) -> None:
 
 def test_resolve_names_paths_and_hub_ids(tiny_qwen2: str, tmp_path: Path) -> None:
     assert models.resolve("tiny-qwen2") == tiny_qwen2
-    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "config.json").write_text('{"model_type": "qwen2"}')  # what a loader needs: a known type, a tokenizer
+    (tmp_path / "tokenizer.json").write_text("{}")
     assert models.resolve(str(tmp_path)) == str(tmp_path)
     assert models.resolve("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
     with pytest.raises(ModelNotFoundError, match="not an embedded model"):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from support import local_ray
 
 from memrl.core.errors import MemrlError
 from memrl.envs.driver import Chain, Schedule, World, drive, resume
@@ -93,9 +94,8 @@ def ray_up() -> Iterator[None]:
     import ray
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import the tests folder
-    ray.init(num_cpus=2, include_dashboard=False)  # one local Ray for the module: `drive` joins it
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=2):  # one local Ray for the module: `drive` joins it
+        yield
 
 
 # --- without Ray --------------------------------------------------------------------------------------------------

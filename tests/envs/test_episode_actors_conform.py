@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from support import local_ray
 
 from memrl.envs.checker import check_episode
 from memrl.envs.collab.grading import Grader
@@ -23,11 +24,9 @@ pytestmark = pytest.mark.slow  # starts a Ray actor
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_up() -> Iterator[None]:
-    import ray
 
-    ray.init(num_cpus=1, include_dashboard=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=1, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}}):
+        yield
 
 
 def test_an_episode_played_on_an_actor_conforms() -> None:

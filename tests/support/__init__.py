@@ -1,15 +1,18 @@
 """What tests share beyond fixtures (those are in tests/conftest.py): the CLI as a subprocess or in-process, the
-fixtures folder, stopping a Ray cluster, and the reflection-rows writer's type. `pythonpath` in pyproject puts
+fixtures folder, starting a local Ray as memrl does and stopping a Ray cluster, and the reflection-rows writer's
+type. `pythonpath` in pyproject puts
 tests/ on the path, so a test imports these as `from support import ...`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from memrl.envs.collab.next_session import NextSessionRow
@@ -110,6 +113,104 @@ def stop_ray(roots: list[Path]) -> None:
             time.sleep(0.2)
     for root in roots:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def local_ray(**init: Any) -> Iterator[None]:
+    """A local Ray in this process for the body, started as memrl starts one (`envs/ray_start.local_ray`: every
+    port on 127.0.0.1, a token of this process's), then shut down. `init`: more of ray.init's arguments."""
+    import ray
+
+    from memrl.envs.ray_start import local_ray as setup
+
+    with setup() as options:
+        ray.init(address="local", **(options | init))
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def ray_head_node(auth: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """A Ray head started with `ray start` (as a user starts a cluster), on 127.0.0.1 only, every port picked free
+    and a temp dir of its own, so it never meets another Ray on this host; `auth`: RAY_AUTH_MODE (and the token).
+    Yields the variables that make a CLI's `ray.init()` join it; its processes are killed after."""
+    import tempfile
+
+    from memrl.rollout.serve import free_port
+
+    root = Path(tempfile.mkdtemp(prefix="mrt", dir="/tmp"))  # socket paths must stay under 107 characters
+    env = {**auth, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    port = free_port()
+    flags = ("--ray-client-server-port", "--node-manager-port", "--object-manager-port", "--metrics-export-port",
+             "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port")  # fmt: skip
+    argv = [
+        str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port), "--include-dashboard",
+        "false", "--node-ip-address", "127.0.0.1", "--num-cpus", "4", "--object-store-memory", str(200 * 2**20),
+        "--temp-dir", str(root), "--disable-usage-stats", *(x for flag in flags for x in (flag, str(free_port()))),
+    ]  # fmt: skip
+    try:
+        head = subprocess.run(
+            argv, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, timeout=180
+        )
+        assert head.returncode == 0, head.stderr[-2000:]
+        yield {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
+    finally:
+        stop_ray([root])
+
+
+class Listeners:
+    """The TCP sockets every process of a tree listens on, sampled in a thread while the `with` body runs (and once
+    more at its end): `found` holds (pid, command, address). A process of the tree started and ended between two
+    samples is missed; memrl's servers and Ray's processes live for the whole run."""
+
+    def __init__(self, root: int, every: float = 0.2) -> None:
+        self.root, self.every = root, every
+        self.found: set[tuple[int, str, str]] = set()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> Listeners:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.sample()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.every):
+            self.sample()
+
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.root)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for p in tree:
+            try:
+                listening = [c for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN]
+                command = " ".join(p.cmdline())[:100]
+            except psutil.Error:
+                continue
+            self.found |= {(p.pid, command, f"{c.laddr.ip}:{c.laddr.port}") for c in listening}
+
+    def exposed(self) -> list[tuple[int, str, str]]:
+        """The sockets that listen beyond this machine (any address but loopback)."""
+        return sorted(f for f in self.found if not _loopback(f[2].rpartition(":")[0]))
+
+
+def _loopback(ip: str) -> bool:
+    import ipaddress
+
+    address = ipaddress.ip_address(ip)
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1, as a dual-stack socket reports it
+    return (mapped or address).is_loopback
 
 
 class ReflectionRows(Protocol):

@@ -9,6 +9,8 @@ folder (`READONLY_BLOCKS` says whether chmod blocks writes here: not for root).
 Round two (`FILE_KINDS_2`, `DIR_KINDS_2`, `YAML_KINDS`): JSON and YAML nested 100,000 and 5,000 deep, a zero-filled
 file (1 MB, and a sparse 1 GB one), a FIFO, a link to a character device (/dev/null: harmless if a reader does open
 it), a broken link, and recipes that are a YAML alias bomb, a self-referencing alias, or a python tag.
+
+Broken model folders (`MODEL_KINDS`, `broken_model`): a working model's folder copied, then one thing broken in it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,19 @@ DIR_KINDS_2 = ("fifo", "chardev", "broken_link")
 YAML_KINDS = ("yaml_bomb", "yaml_self", "yaml_tag", "deep_yaml")  # recipes: valid YAML syntax, hostile content
 DEEP = 100_000  # levels of nesting: far past Python's recursion limit
 SPARSE = 2**30  # a zero-filled file of 1 GB that takes no disk (truncate), over the 512 MB read limit
+
+# A model folder with one thing wrong (`broken_model`): what a download cut short, a hand-edited config or a copied
+# half of a checkpoint leaves.
+MODEL_KINDS = (
+    "truncated_weights",  # the safetensors file cut short mid-tensor
+    "text_weights",  # a text file under the weights' name (a Git LFS pointer, say)
+    "header_only",  # the 8-byte length of a header that is not there
+    "unknown_architecture",  # config.json names a model type transformers has never heard of
+    "no_model_type",  # config.json without a model type
+    "no_chat_template",  # a base model's tokenizer: nothing to render a conversation with
+    "vocab_mismatch",  # config.json's vocab_size and the embedding's rows disagree
+    "no_tokenizer",  # the weights without their tokenizer files
+)
 
 HUGE = 50 * 2**20
 BINARY = bytes(range(256)) * 8  # NUL first, then bytes no UTF-8 text holds
@@ -152,6 +167,48 @@ def make(kind: str, where: Path) -> Path:
         case _:
             raise ValueError(f"unknown hostile kind {kind!r}")
     return path
+
+
+def broken_model(kind: str, model: Path, where: Path) -> Path:
+    """A copy of the model folder `model` under `where`, broken as MODEL_KINDS says."""
+    import json
+    import shutil
+
+    folder = where / f"model-{kind}"
+    shutil.copytree(model, folder)
+    weights, config = folder / "model.safetensors", folder / "config.json"
+    settings = json.loads(config.read_text())
+    match kind:
+        case "truncated_weights":
+            weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        case "text_weights":
+            weights.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 12\n")
+        case "header_only":
+            weights.write_bytes((4096).to_bytes(8, "little"))
+        case "unknown_architecture":
+            config.write_text(json.dumps(settings | {"model_type": "hostile-net", "architectures": ["HostileNet"]}))
+        case "no_model_type":
+            config.write_text(json.dumps({k: v for k, v in settings.items() if k != "model_type"}))
+        case "no_chat_template":
+            for template in folder.glob("chat_template.*"):
+                template.unlink()
+            tokenizer = folder / "tokenizer_config.json"
+            tokenizer.write_text(json.dumps({k: v for k, v in json.loads(tokenizer.read_text()).items()
+                                             if k != "chat_template"}))  # fmt: skip
+        case "vocab_mismatch":
+            config.write_text(json.dumps(settings | {"vocab_size": settings["vocab_size"] * 2}))
+        case "no_tokenizer":
+            for name in (
+                "tokenizer.json",
+                "tokenizer_config.json",
+                "vocab.json",
+                "merges.txt",
+                "special_tokens_map.json",
+            ):
+                (folder / name).unlink(missing_ok=True)
+        case _:
+            raise ValueError(f"unknown broken model {kind!r}")
+    return folder
 
 
 def _mkdir(path: Path) -> Path:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import test_online_collab
+from support import local_ray
 from test_online_collab import _FailingSession
 
 from memrl.envs.collab.grading import Grader
@@ -42,9 +43,8 @@ def ray_up() -> Iterator[None]:
     for module in (sys.modules[__name__], test_online_collab):  # actors need not import the tests folder
         ray.cloudpickle.register_pickle_by_value(module)
     env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env})
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=2, runtime_env={"env_vars": env}):
+        yield
 
 
 @pytest.fixture(scope="module")

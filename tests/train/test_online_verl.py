@@ -311,6 +311,7 @@ def test_a_v1_step_computes_its_metrics_and_dumps_the_reward_parts(tiny_qwen2: s
 
     import memrl.train.online.verl_agent_loop
     import memrl.train.rewards.advantage  # noqa: F401
+    from memrl.envs.ray_start import local_ray as loopback_ray
     from memrl.train.online.verl_overrides import collab_overrides
     from memrl.train.online.verl_rollouts import rollout_history
     from memrl.train.verl_validate import PPO_CONFIG, compose
@@ -334,7 +335,8 @@ def test_a_v1_step_computes_its_metrics_and_dumps_the_reward_parts(tiny_qwen2: s
             await asyncio.gather(*list(worker.background_tasks))
 
     cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units = 1  # verl's 8 ask a CPU each
-    ray.init(num_cpus=2, include_dashboard=False)  # the controller and the storage unit
+    with loopback_ray() as options:  # loopback only, with a token, as memrl's own local Ray
+        ray.init(address="local", num_cpus=2, **options)  # the controller and the storage unit
     try:
         tq.init(cfg.transfer_queue)
         # the actor's own class, run in this process: verl's AgentLoopManagerTQ makes it a Ray actor

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import local_ray
 
 from memrl.core.errors import MemrlError
 from memrl.data_gen.gold import compose_notes
@@ -33,9 +34,8 @@ def ray_up() -> Iterator[None]:
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors need not import the tests folder
     env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env})
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=2, runtime_env={"env_vars": env}):  # loopback only, with a token, as memrl's own
+        yield
 
 
 class Sleeper:

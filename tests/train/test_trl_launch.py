@@ -37,8 +37,11 @@ def test_cpu_one_gpu_and_a_launched_rank_train_in_process() -> None:
 
 def test_several_gpus_run_one_process_each_under_accelerate() -> None:
     launch = trl_launch(ENTRY, RECIPE, "grpo", ClusterConfig(), EIGHT)
-    assert launch is not None and launch.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
-    assert launch.argv[0].endswith("accelerate") and launch.argv[1:3] == ["launch", "--multi_gpu"]
+    assert launch is not None and launch.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    # One node: accelerate runs through memrl's loopback-only launcher, its ranks' traffic on the loopback interface.
+    assert launch.argv[:4] == [sys.executable, "-m", "memrl.train.local_launch", "accelerate"]
+    assert launch.argv[4:6] == ["launch", "--multi_gpu"]
+    assert {launch.env[k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")} == {"lo"}
     assert "--num_processes=8" in launch.argv and "--num_machines=1" in launch.argv
     assert launch.argv[-5:] == ["-m", ENTRY, str(RECIPE), "--stage", "grpo"]
     # The cluster asks for fewer GPUs than are visible: that many processes, on the first ones.

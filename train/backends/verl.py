@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from memrl.core import interrupts
 from memrl.core.checkpoints import adapter_base, final_dir, is_adapter, portable_ref, resolve_model
 from memrl.train.backends import CURVES_FILE, StageRun
 from memrl.train.config import GRPOStage, LoraConfig, SFTStage
@@ -137,8 +138,9 @@ def run_command(command: VerlCommand, where: StageRun, *, base: str, trainer: st
     verl_metrics.archive(out)  # verl's file logger would truncate a resumed run's earlier curve
     try:
         run_verl(command.argv, out / "verl.log", env=command.env)  # raises MemrlError with the log's tail on failure
-    finally:
-        verl_chart(verl_metrics.read(out), out / CURVES_FILE, title=f"{where.recipe}: {where.stage} ({trainer})")
+    finally:  # a stopped run's curves are drawn when it resumes
+        if not interrupts.stopping():
+            verl_chart(verl_metrics.read(out), out / CURVES_FILE, title=f"{where.recipe}: {where.stage} ({trainer})")
     alpha = lora.alpha if lora is not None else None
     return save_final(out, base=base, trainer=trainer, stage=where.stage, lora_alpha=alpha)
 
@@ -174,9 +176,10 @@ def run_collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -
     command = collab_command(stage, where, base, data, dry_run=False)
     try:
         run_command(command, where, base=portable_ref(command.model_path), trainer="verl-collab-grpo", lora=stage.lora)
-    finally:  # the parts of a failed run are worth seeing too
-        title = f"{where.recipe}: {where.stage} reward parts (verl)"
-        outcome_chart(rollout_history(out / ROLLOUTS_SUBDIR), out / PARTS_CURVES_FILE, title)
+    finally:  # the parts of a failed run are worth seeing too (a stopped one's: when it resumes)
+        if not interrupts.stopping():
+            title = f"{where.recipe}: {where.stage} reward parts (verl)"
+            outcome_chart(rollout_history(out / ROLLOUTS_SUBDIR), out / PARTS_CURVES_FILE, title)
     where.console.print(
         f"{where.stage}: checkpoint {out / 'final'}; reward parts per step in {out / PARTS_CURVES_FILE}"
     )

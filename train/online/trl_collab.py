@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memrl.core import interrupts
 from memrl.core.checkpoints import tokenizer_source
 from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES
 from memrl.train.backends import CURVES_FILE
@@ -64,7 +65,9 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
         episodes = episode_source(per_process(stage.env, world_size(), "env"), stage.max_turn_tokens)
         stack.callback(episodes.close)
         player = Player(episodes, TurnTokens.of(tokenizer), stage.max_turn_tokens, stage.max_episode_tokens)
-        rollout = EpisodeRollout(player, EpisodeLog(ctx.out_dir / EPISODES_FILE))
+        resumed = resume_point(ctx.out_dir)
+        kept = int(resumed.rpartition("-")[2]) if resumed else 0  # checkpoint-N: the steps through N are trained
+        rollout = EpisodeRollout(player, EpisodeLog(ctx.out_dir / EPISODES_FILE, kept))
         stack.callback(rollout.close)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
@@ -78,8 +81,8 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
                 rollout_func=rollout,
             )
         try:
-            trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
-        finally:  # a failed run's curves are worth seeing too
-            if trainer.is_world_process_zero():
+            trainer.train(resume_from_checkpoint=resumed)
+        finally:  # a failed run's curves are worth seeing too; a stopped one's are drawn when it resumes
+            if trainer.is_world_process_zero() and not interrupts.stopping():
                 outcome_chart(trainer.state.log_history, ctx.out_dir / CURVES_FILE, f"{ctx.run_name}: reward parts")
     return save_final(trainer, tokenizer, ctx, base=base, trainer_name="trl-collab-grpo")

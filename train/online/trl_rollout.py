@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+from memrl.core.asyncs import close_loop
+from memrl.core.files import atomic_write_text
 from memrl.rewards.collab_episode import REPLIES_CUT
 from memrl.train.online.rollout import Generate, Player, Trajectory
 
@@ -34,10 +37,17 @@ def trl_generate(trainer: Any) -> Generate:
 class EpisodeLog:
     """Every rollout's episode, one JSON line each (step, status, error, record): what the simulated users lived.
 
-    `step` is the optimizer step the episode trains, the step TRL logs its rewards under."""
+    `step` is the optimizer step the episode trains, the step TRL logs its rewards under. A run resumed from the
+    checkpoint of step `kept` plays the steps after it again: their lines from the stopped run are dropped, so each
+    step's episodes are in the file once."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, kept: int = 0) -> None:
         self.path = path
+        if path.is_file():
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            keep = [line for line in lines if line.endswith("\n") and _step(line) <= kept]
+            if len(keep) < len(lines):
+                atomic_write_text(path, "".join(keep))
 
     def write(self, step: int, trajectories: list[Trajectory]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -45,6 +55,16 @@ class EpisodeLog:
             for t in trajectories:
                 line = {"step": step, "spec": t.spec, "status": t.status, "error": t.error, "record": t.record}
                 out.write(json.dumps(line) + "\n")
+
+
+def _step(line: str) -> float:
+    """The step of a line of the log; a line that is no record (a torn write) counts as past any checkpoint."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return math.inf
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) else math.inf
 
 
 class EpisodeRollout:
@@ -71,4 +91,4 @@ class EpisodeRollout:
         }
 
     def close(self) -> None:
-        self.loop.close()
+        close_loop(self.loop)  # a run stopped mid-round leaves the environments' calls pending there

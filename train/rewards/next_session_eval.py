@@ -20,6 +20,7 @@ from scipy.stats import spearmanr
 
 from memrl.core.asyncs import run_sync
 from memrl.core.errors import ConfigError
+from memrl.core.files import read_jsonl
 from memrl.core.stats import paired_difference
 from memrl.envs.collab.agents import oracle_notes
 from memrl.envs.collab.next_session import NextSessionRow, load_rows, wrong_preferences
@@ -118,7 +119,7 @@ def outcome_report(
     and what it cost."""
     started = time.monotonic()
     rows = load_rows(cfg.data or (data if data.is_dir() else data.parent.parent))
-    scored = {label: _read(eval_dir / label / "scores.jsonl") for label in labels}
+    scored = {label: read_jsonl(eval_dir / label / "scores.jsonl", ConfigError) for label in labels}
     keys = list(dict.fromkeys(line["key"] for label in labels for line in scored[label]))
     if unknown := [k for k in keys if k not in rows]:
         raise ConfigError(f"outcome evaluation: {len(unknown)} eval keys are not in the reflection data: {unknown[0]}")
@@ -201,7 +202,3 @@ def _notes(completion: str, plain_text_notes: bool) -> str:
     if notes is not None:
         return notes
     return completion.strip() if plain_text_notes else ""
-
-
-def _read(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -41,16 +41,15 @@ def reflection(
     from rich.console import Console
 
     from memrl.data_gen.config import ReflectionDataConfig
-    from memrl.data_gen.reflection import build_reflection_data
+    from memrl.data_gen.reflection import SkipCounts, build_reflection_data
 
     cfg = ReflectionDataConfig(train_sessions=train_sessions, eval_sessions=eval_sessions, gold=gold.value)
     stats, _, _ = build_reflection_data(cfg, out, Console(stderr=True), 0, "data reflection")
     for split, s in (("train", stats.train), ("eval", stats.eval)):
-        skips = s.skipped
+        skips = SkipCounts.from_dict(s.skipped)
         typer.echo(
             f"{split}: {s.records} records, {s.users} users, {s.problems} problems, {s.with_enforcement} with "
-            f"enforcement; skipped {skips['total']} (nothing to learn {skips['nothing_to_learn']}, unlabelled "
-            f"{skips['unlabelled']}, teacher unparsed {skips['teacher_unparsed']})"
+            f"enforcement; skipped {skips.total} ({skips.describe()})"
         )
     histogram = ", ".join(f"{pid} {n}" for pid, n in stats.train.enforced.items()) or "none"
     typer.echo(f"enforced in train: {histogram}")

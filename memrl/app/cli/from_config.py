@@ -28,6 +28,7 @@ from rich.console import Console
 
 from memrl.app.actions import Action
 from memrl.app.context import redact_console
+from memrl.core import interrupts
 from memrl.core.errors import ConfigError
 from memrl.core.files import describe_kind
 from memrl.core.schema import number_problem
@@ -191,7 +192,10 @@ def config_command(
             cfg = model.model_validate(spec)
         except ValidationError as exc:
             raise ConfigError(describe_error(exc, model)) from None
-        with contextlib.redirect_stdout(sys.stderr):  # libraries print on import; stdout is the summary alone
+        # A stopped command resumes when run again: what finished is in --out, and only what did not runs then.
+        hint = f"the same command (what finished is kept in {values['out']})"
+        # libraries print on import; stdout is the summary alone
+        with contextlib.redirect_stdout(sys.stderr), interrupts.resume_hint(hint):
             summary = action.run(cfg, values["out"], console)
         typer.echo(json.dumps(summary))
 

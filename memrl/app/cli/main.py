@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 import yaml
@@ -19,6 +21,7 @@ from memrl.app.cli.lazy import lazy_group
 from memrl.app.cli.preflight import preflight
 from memrl.app.cli.reflector import export
 from memrl.app.context import redact_console
+from memrl.core import interrupts
 from memrl.core.errors import MemrlError
 
 app = typer.Typer(
@@ -51,6 +54,7 @@ console = Console(stderr=True)
 redact_console(console)
 _debug = False
 
+TYPER_INTERRUPTED = 130  # what typer returns for a KeyboardInterrupt it caught (our SIGINT or SIGTERM)
 Overrides = Annotated[list[str] | None, typer.Argument(help="dotted.key=value overrides", show_default=False)]
 
 
@@ -112,12 +116,15 @@ def launch(
     from memrl.app.launch import StageFailed, dashboard_url, describe, plan
     from memrl.app.launch import launch as submit
     from memrl.app.recipe import load_recipe
+    from memrl.envs.ray_start import job_server_auth, no_auth_warning
 
     loaded = load_recipe(recipe, overrides or [], smoke=smoke)
     if dry_run:
         describe(plan(loaded, ray_address, only=stage), ray_address, typer.echo)
         return
     dashboard = dashboard_url(ray_address)
+    if not job_server_auth(dashboard):  # a warning, not a refusal: the cluster is the user's
+        print(f"memrl: warning: {no_auth_warning(dashboard)}", file=sys.stderr)
     job = plan(loaded, dashboard, only=stage)
     try:
         submit(job, dashboard, console)
@@ -235,22 +242,26 @@ def chat(
 @app.command()
 def serve(
     model: Annotated[str, typer.Option(help="embedded name, local path, or hub id")] = "smollm2",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port on 127.0.0.1")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
     engine: Annotated[str, typer.Option(help="auto | transformers | vllm (one GPU, no tensor parallelism)")] = "auto",
+    host: Annotated[
+        str, typer.Option(help="address to listen on: 127.0.0.1 (this machine only), or 0.0.0.0 to open it to others")
+    ] = "127.0.0.1",
 ) -> None:
-    """Serve a model over an OpenAI-compatible API on 127.0.0.1 until Ctrl-C: a model to try on this machine.
+    """Serve a model over an OpenAI-compatible API until Ctrl-C: a model to try on this machine.
 
-    It binds 127.0.0.1 only (other hosts and Ray workers elsewhere cannot reach it) and runs the model on one device.
+    It binds 127.0.0.1 only unless --host says otherwise (its API has no authentication: anyone who can reach the
+    port can use the model) and runs the model on one device.
     On GPUs, serve the recipes' judge, user and teacher with vLLM itself: CUDA_VISIBLE_DEVICES=<the GPUs the recipe's
     placement reserves> vllm serve MODEL --tensor-parallel-size <their count> --gpu-memory-utilization <its fraction>
     (add --host 0.0.0.0 for a cluster), then point the recipe's `endpoint:` at it.
     """
     from memrl.core.errors import ConfigError
-    from memrl.rollout.serve import LocalServer
+    from memrl.rollout.serve import LocalServer, check_host
 
     if engine not in ("auto", "transformers", "vllm"):
         raise ConfigError(f"--engine must be auto, transformers or vllm, not {engine!r}")
-    server = LocalServer(model, port=port, engine=engine)  # type: ignore[arg-type]
+    server = LocalServer(model, port=port, engine=engine, host=check_host(host))  # type: ignore[arg-type]
     with console.status(f"starting {server.engine} serve for {model}"):
         server.start()
     typer.echo(f"serving {server.name!r} with {server.engine} at {server.url}")
@@ -291,12 +302,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     and exit 2 (see `errors.user_error`); `--debug` shows the traceback instead."""
     global _debug
     _debug = False
+    for stream in (sys.stdout, sys.stderr):  # text no encoding can write (a lone surrogate from an endpoint or a
+        if isinstance(stream, io.TextIOWrapper):  # JSON file) is shown as an escape, not a UnicodeEncodeError
+            stream.reconfigure(errors="backslashreplace")
     try:
         # Not standalone: typer would print its usage errors as a boxed panel; they take the one-line path too.
         code = app(args=argv, prog_name="memrl", standalone_mode=False)
-    except KeyboardInterrupt:
-        print("memrl: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as exc:  # SIGINT or SIGTERM (memrl.core.interrupts): what it started has ended
+        _stopped(exc)
     except typer.Abort:
         print("memrl: aborted", file=sys.stderr)
         raise SystemExit(1) from None
@@ -310,8 +323,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         # One plain line: rich would wrap it at the terminal width.
         print(f"memrl: error: {line}", file=sys.stderr)
         raise SystemExit(2) from None
+    if code == TYPER_INTERRUPTED:  # typer turns a KeyboardInterrupt into this code, silently
+        _stopped(None)
     if isinstance(code, int) and code:  # typer.Exit(code) from a command
         raise SystemExit(code)
+
+
+def _stopped(exc: BaseException | None) -> NoReturn:
+    """End a command a signal stopped: the one line, last (a library's progress bar left open would print its last
+    state after it, as the process exits: closed first), and 128 + the signal's number."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        with contextlib.suppress(Exception):
+            bar.close()
+    sys.stdout.flush()
+    print(interrupts.line(exc), file=sys.stderr)
+    raise SystemExit(interrupts.exit_code(exc))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -41,7 +42,7 @@ def load_scenario(spec: str) -> ShoppingScenario:
     path = Path(spec)
     if not path.is_file() and ":" in spec:
         file, _, index = spec.rpartition(":")
-        if not (index.isascii() and index.lstrip("-").isdigit()):  # not `²`, which int() refuses
+        if not re.fullmatch(r"-?[0-9]{1,9}", index):  # ASCII digits (not `²`), one sign: what int() takes
             raise PahfDataError(f"--scenario {spec}: expected FILE or PHASEFILE:INDEX with an integer index")
         rows = load_shopping_phase(file)
         i = int(index)

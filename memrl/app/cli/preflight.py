@@ -35,6 +35,8 @@ def preflight(
     if unknown:
         raise ConfigError(f"no stage named {unknown[0]!r} in recipe {loaded.recipe.name!r}")
     report = check(loaded.recipe, only=stage, ray_address=ray)
+    for line in report.warnings:
+        print(f"memrl: preflight: warning: {line}", file=sys.stderr)
     for line in report.problems:
         print(f"memrl: preflight: {line}", file=sys.stderr)
     if report.problems:

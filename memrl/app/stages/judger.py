@@ -10,7 +10,7 @@ from memrl.app.stages.base import Job, StageKind
 from memrl.app.stages.relaunch import STAGE_ENTRY, relaunch, resolved_recipe, shown
 from memrl.core.errors import ConfigError
 from memrl.train.config import JudgerStage
-from memrl.train.distributed import launched
+from memrl.train.distributed import launch_env, launched
 from memrl.train.trl_common import is_finished
 
 
@@ -69,7 +69,8 @@ def _run_distributed(stage: JudgerStage, ctx: RunContext, name: str) -> None:
     argv = _torchrun_argv(stage, ctx, name)
     if stage.deepspeed is not None:
         deepspeed_config(stage.deepspeed)
-    final = relaunch(argv, ctx, name, launcher="torchrun", log="judger.log", env=trainer_env(stage))
+    env = launch_env(stage.cluster) | trainer_env(stage)
+    final = relaunch(argv, ctx, name, launcher="torchrun", log="judger.log", env=env)
     ctx.console.print(f"{name}: judger {final}")
 
 
@@ -80,7 +81,7 @@ def plan_judger(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
     from memrl.train.judger.launch import deepspeed_config
     from memrl.train.placement import trainer_env
 
-    lines = [shown(_torchrun_argv(stage, ctx, name), trainer_env(stage))]
+    lines = [shown(_torchrun_argv(stage, ctx, name), launch_env(stage.cluster) | trainer_env(stage))]
     if stage.deepspeed is not None:
         lines.append(f"DeepSpeed config {deepspeed_config(stage.deepspeed, must_exist=False)}")
     from memrl.train.placement import stage_plan

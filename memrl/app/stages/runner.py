@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -11,6 +12,7 @@ from rich.console import Console
 from memrl.app.context import RunContext
 from memrl.app.recipe import RESOLVED_NAME, LoadedRecipe, load_recipe
 from memrl.app.stages.registry import kind_of
+from memrl.core import interrupts
 from memrl.core.errors import ConfigError
 from memrl.core.files import check_file, check_folder
 from memrl.core.runfolder import hold
@@ -35,6 +37,8 @@ def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = 
         if dry_run:
             console.print(f"run {recipe.name!r} (dry run: nothing is trained or written)")
         else:
+            # A signal stops the run in one line naming the command that resumes it (memrl.core.interrupts).
+            stack.enter_context(interrupts.resume_hint(f"memrl resume {shlex.quote(str(run_dir))}"))
             stack.enter_context(hold(run_dir))  # one run at a time in a run folder (its stages hold their own)
             saved = loaded.save(run_dir)
             console.print(f"run {recipe.name!r}: resolved recipe written to {saved}")
