@@ -94,7 +94,7 @@ LEARNERS = {
 def run_one(what: str, seed: int, runs: Path, judger_data: str | None) -> dict[str, Any]:
     learner = LEARNERS[what]
     folder = runs / f"{learner.recipe}-s{seed}"
-    cmd = [sys.executable, "-m", "memrl.app.cli.main", "run", learner.recipe, f"seed={seed}", f"output_dir={folder}"]
+    cmd = [sys.executable, "-m", "memrl", "run", learner.recipe, f"seed={seed}", f"output_dir={folder}"]
     if what == "judger":
         cmd.append(f"data={judger_data}")
     load_before = os.getloadavg()[0]
@@ -106,7 +106,8 @@ def run_one(what: str, seed: int, runs: Path, judger_data: str | None) -> dict[s
     minutes = (time.monotonic() - start) / 60
     if done.returncode != 0:
         raise SystemExit(f"learn: {' '.join(cmd)} exited {done.returncode}; see {log}")
-    report = json.loads((folder / "report.json").read_text())
+    report_file = folder / "report.json"  # the judger's recipe writes eval/metrics.json only
+    report = json.loads(report_file.read_text()) if report_file.is_file() else {}
     effect, units = learner.units(folder, report)
     return {
         "seed": seed,
