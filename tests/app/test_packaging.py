@@ -86,7 +86,7 @@ def test_built_wheel_imports_and_ships_recipes(tmp_path: Path) -> None:
 SOURCES = ("memrl", *LAYERS)
 GPU_TXT = REPO / "constraints" / "gpu.txt"
 CPU_TXT = REPO / "constraints" / "cpu.txt"
-CPU_EXTRAS = ("dev", "serve", "verl")  # what the Makefile installs on CPU
+CPU_EXTRAS = ("dev", "serve", "verl", "openenv", "verifiers")  # what the Makefile installs on CPU
 GPU_EXTRAS = ("gpu",)
 # Imported where installed, but absent on CPU machines: no local metadata to map the module to its distribution.
 NOT_INSTALLED_HERE = {"vllm": "vllm"}

@@ -247,3 +247,22 @@ def test_served_on_loopback_unless_told() -> None:
                 assert s.connect_ex((address, port)) != 0, f"reachable at {address}"
         result, _, steps = asyncio.run(_play_openenv(url, 1, lambda obs: ("A", {})))
         assert result.done and steps == 1 and result.reward in (0.0, 1.0)
+
+
+@pytest.mark.slow
+def test_memrl_world_play_scores_an_episode_with_a_served_model(tiny_server: tuple[str, str]) -> None:
+    """The docs' third command: OpenEnv's client with the model `memrl serve` serves as the agent."""
+    url, name = tiny_server
+    with _served("collab", "--max-turns", "2") as env:
+        code, out = memrl_in_process(
+            ["world", "play", "collab", "--env", env, "--model", f"{name}@{url}", "--seed", "9", "--max-tokens", "16"],
+            stdout=True,
+        )
+    assert code == 0, out
+    result = json.loads(out.strip().splitlines()[-1])
+    print(f"memrl world play: reward {result['reward']}, parts {result['reward_parts']}")
+    assert result["seed"] == 9 and result["record"]["user_id"] == "user-9-0"
+    assert set(result["reward_parts"]) == {"task_success", "user_effort", "length"}
+    assert "agent: " in out and result["reward"] == pytest.approx(
+        build_world("collab", {"max_turns": 2}).reward(result["record"], result["reward_parts"])
+    )
