@@ -36,21 +36,19 @@ from typing import Any
 
 from cpu_busy import cpu_model
 
+from memrl.core.files import read_jsonl
+
 HERE = Path(__file__).parent
 
 Units = list[float]
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def reflector_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], Units]:
     """GRPO - SFT judge score per held-out session (`report.json` `learning`)."""
     learning = report["learning"]
     after, before = (s.strip() for s in learning["compared"].split("-"))
-    mine = {r["key"]: r["score"] for r in _jsonl(run / "eval" / after / "scores.jsonl")}
-    theirs = {r["key"]: r["score"] for r in _jsonl(run / "eval" / before / "scores.jsonl")}
+    mine = {r["key"]: r["score"] for r in read_jsonl(run / "eval" / after / "scores.jsonl")}
+    theirs = {r["key"]: r["score"] for r in read_jsonl(run / "eval" / before / "scores.jsonl")}
     units = [mine[k] - theirs[k] for k in sorted(mine.keys() & theirs.keys()) if None not in (mine[k], theirs[k])]
     return {"n": learning["n"], "delta": learning["delta"], "ci95": learning["ci95"]}, units
 
@@ -60,7 +58,7 @@ def collaborator_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any
     from memrl.app.stages.heldout import pair_key, session_metrics
 
     held = report["heldout"]
-    sides = [{pair_key(r): session_metrics(r)["preference"] for r in _jsonl(run / "heldout" / s / "sessions.jsonl")}
+    sides = [{pair_key(r): session_metrics(r)["preference"] for r in read_jsonl(run / "heldout" / s / "sessions.jsonl")}
              for s in ("base", "trained")]  # fmt: skip
     keys = sorted(sides[0].keys() & sides[1].keys())
     units = [sides[1][k] - sides[0][k] for k in keys if sides[0][k] is not None and sides[1][k] is not None]

@@ -11,6 +11,11 @@ STOP_S anyway (a loaded machine, a call that will not return), the process ends 
 status, and the Ray and the servers it started die with it (their watchdogs: envs/ray_start.py, rollout/serve.py).
 Work running outside the main thread asks `stopping()` to end early (a generation stops at its next token).
 
+Python swallows an exception raised where it can only report it ("Exception ignored in ..."): an at-fork hook
+(logging's, while Ray or a server forks), a `__del__`, a weakref callback. A signal landing there would be lost
+and the run would sit until the deadline; `install` adds an unraisable hook that delivers it again to the main
+thread instead.
+
 Libraries replace handlers: `ray.init` installs its own for SIGTERM (Ray's C++ core worker aborts with a stack
 dump), so code that starts one wraps it in `kept()`. This module imports nothing heavy.
 """
@@ -18,19 +23,22 @@ dump), so code that starts one wraps it in `kept()`. This module imports nothing
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STOP_S = 10.0  # how long cleanup may take after the first signal before the process ends itself
+REDELIVER_S = 0.05  # after a signal's exception was swallowed, how soon the main thread gets the signal again
 
 _first: int | None = None  # the signal being handled, once one came
 _hints: list[str] = []  # how to resume what is running, innermost last
 _resume: str | None = None  # how to resume what a signal stopped, kept as the stack unwound past its hint
+_swallowed = False  # the first signal's Interrupted was raised where Python could only report it: raise it again
 
 
 class Interrupted(KeyboardInterrupt):
@@ -64,7 +72,10 @@ def stopping() -> bool:
 
 
 def handle(signum: int, frame: FrameType | None) -> None:
-    global _first
+    global _first, _swallowed
+    if _swallowed:  # delivered again by _unraisable: this time it lands where it can unwind the stack
+        _swallowed = False
+        raise Interrupted(_first or signum)
     if _first is not None:  # stopping already: cleanup runs on, bounded by the deadline below
         return
     _first = signum
@@ -83,11 +94,26 @@ def _end(signum: int) -> None:
     os._exit(128 + signum)
 
 
+def _unraisable(report: sys.UnraisableHookArgs, previous: Callable[[sys.UnraisableHookArgs], object]) -> None:
+    global _swallowed
+    if not isinstance(report.exc_value, Interrupted):
+        previous(report)
+        return
+    _swallowed = True
+    # Sent from another thread a moment later: sent now, `handle` would run inside this hook and be swallowed again.
+    # Should it land in such a place anyway, this hook runs again and so does the redelivery.
+    again = threading.Timer(REDELIVER_S, signal.pthread_kill, (threading.main_thread().ident, report.exc_value.signum))
+    again.daemon = True
+    again.start()
+
+
 def install() -> None:
     """Make SIGINT and SIGTERM raise `Interrupted` in the main thread (a no-op elsewhere: Python allows handlers only
     there). SIGINT ignored by the parent (`cmd &` in a script) stays ignored, as a shell expects."""
     if threading.current_thread() is not threading.main_thread():
         return
+    if not isinstance(sys.unraisablehook, functools.partial) or sys.unraisablehook.func is not _unraisable:
+        sys.unraisablehook = functools.partial(_unraisable, previous=sys.unraisablehook)
     for sig in SIGNALS:
         if sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
             continue

@@ -79,18 +79,12 @@ def _node_args(root: Path) -> list[str]:
 @pytest.fixture(scope="module", autouse=True)
 def cluster_auth() -> Iterator[None]:
     """This process holds the cluster's token while the module runs (Ray reads it again: the cache is reset)."""
-    before = {name: os.environ.get(name) for name in AUTH}
-    os.environ.update(AUTH)
-    _reload_token()
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with pytest.MonkeyPatch.context() as patch:  # a module-scoped fixture gets no `monkeypatch`; this one restores too
+        for name, value in AUTH.items():
+            patch.setenv(name, value)
         _reload_token()
+        yield
+    _reload_token()
 
 
 def _reload_token() -> None:

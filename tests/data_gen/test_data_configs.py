@@ -42,5 +42,7 @@ def test_generate_reads_inline_prompts_then_the_file_skipping_blank_lines(tmp_pa
 def test_generate_names_the_line_without_a_prompt(tmp_path: Path) -> None:
     jsonl = tmp_path / "p.jsonl"
     jsonl.write_text('{"prompt": "b"}\n{"text": "c"}\n')
-    with pytest.raises(ConfigError, match=r"p\.jsonl:2: expected a JSON object with a 'prompt' field"):
+    with pytest.raises(
+        ConfigError, match=r"p\.jsonl:2: expected a JSON object with a 'prompt' string, got no 'prompt' field"
+    ):
         read_prompts(GenerateConfig(model="m", prompts_file=jsonl))

@@ -269,7 +269,8 @@ def test_cli_writes_the_folder_and_prints_counts(session_files: dict[str, Path],
         data_app, [*args, "--eval-sessions", str(session_files["eval"]), "--out", str(out), "--gold", "teacher"]
     )
     assert isinstance(teacher.exception, NothingDoneError)  # tiny-model reflections: nothing usable to train on
-    assert "no training records" in str(teacher.exception) and "teacher unparsed" in str(teacher.exception)
+    line = str(teacher.exception)
+    assert "no training records" in line and "teacher reflection did not parse" in line
 
     overlap = CliRunner().invoke(data_app, [*args, "--eval-sessions", str(session_files["train"]), "--out", str(out)])
     assert isinstance(overlap.exception, ConfigError)
