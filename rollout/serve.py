@@ -86,6 +86,13 @@ def check_host(host: str) -> str:
     raise ConfigError(f"--host {host[:100]!r}: give an address to listen on, such as 127.0.0.1 or 0.0.0.0")
 
 
+def client_netloc(host: str, port: int) -> str:
+    """HOST:PORT as a client on this machine writes it in a URL: a wildcard address is reached through loopback,
+    an IPv6 one goes in brackets."""
+    host = {"0.0.0.0": LOOPBACK, "::": "::1"}.get(host, host)
+    return f"{f'[{host}]' if ':' in host else host}:{port}"
+
+
 def port_is_free(host: str, port: int) -> bool:
     """Whether nothing accepts connections at host:port."""
     try:
@@ -126,8 +133,7 @@ class LocalServer:
     @property
     def url(self) -> str:
         """The base URL a client on this machine uses (a wildcard address is reached through loopback)."""
-        host = {"0.0.0.0": LOOPBACK, "::": "::1"}.get(self.host, self.host)
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/v1"
+        return f"http://{client_netloc(self.host, self.port)}/v1"
 
     def command(self) -> tuple[list[str], Path | None]:
         """The server's argv and the working directory it must run in."""

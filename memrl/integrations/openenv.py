@@ -29,6 +29,7 @@ from pydantic import ConfigDict, Field
 from memrl.core.errors import ConfigError
 from memrl.envs.episode import Episode
 from memrl.integrations.worlds import SEEDS, World
+from memrl.rollout.serve import client_netloc
 
 
 class WorldAction(Action):
@@ -165,7 +166,7 @@ def serve(world: World, host: str, port: int, max_clients: int, announce: Callab
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
             probe.bind((host, port))
     except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from None
     config = uvicorn.Config(world_app(world, max_clients), host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
 
@@ -174,7 +175,7 @@ def serve(world: World, host: str, port: int, max_clients: int, announce: Callab
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
         if server.started:
-            announce(f"http://{host}:{port}")
+            announce(f"http://{client_netloc(host, port)}")
         await task
 
     try:

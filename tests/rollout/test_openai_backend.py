@@ -18,7 +18,7 @@ from support import MEMRL_ARGV, MemrlCLI
 from memrl.core.errors import BackendError
 from memrl.rollout import SamplingParams
 from memrl.rollout.openai_http import OpenAIBackend
-from memrl.rollout.serve import LocalServer, free_port, port_is_free
+from memrl.rollout.serve import LocalServer, client_netloc, free_port, port_is_free
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 SHORT = SamplingParams(temperature=0, max_tokens=8)
@@ -29,6 +29,15 @@ def backend_for(server: LocalServer, **kwargs: float) -> OpenAIBackend:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("host", "netloc"),
+    [("127.0.0.1", "127.0.0.1:8000"), ("0.0.0.0", "127.0.0.1:8000"), ("::", "[::1]:8000"), ("::1", "[::1]:8000")],
+)
+def test_a_client_reaches_a_listening_address_through_a_valid_url(host: str, netloc: str) -> None:
+    assert client_netloc(host, 8000) == netloc
+    assert LocalServer("tiny", port=8000, host=host).url == f"http://{netloc}/v1"
+
+
 def test_chat_against_real_server(smollm2_server: LocalServer) -> None:
     backend = backend_for(smollm2_server)
     completion = backend.chat(QUESTION, SamplingParams(temperature=0, max_tokens=16))  # type: ignore[arg-type]
