@@ -107,6 +107,12 @@ SLOTS = [
           "--reflection-file", "{text}", "--enforcements-file", "{text}", "--gold-file", "{path}"),
     _slot("models pull", "MEMRL_CACHE", OUT_KINDS, "minilm", env="MEMRL_CACHE"),
     _slot("serve", "port", PORT_KINDS, "--port", "{path}"),
+    _slot("world serve collab", "port", PORT_KINDS, "--port", "{path}"),
+    _slot("world serve collab", "problems", BOTH_KINDS, "--problems", "{path}"),
+    _slot("world serve tod", "port", PORT_KINDS, "--data", "{mstod}", "--port", "{path}"),
+    _slot("world serve tod", "data", DIR_KINDS, "--data", "{path}"),
+    _slot("world serve pahf", "port", PORT_KINDS, "--data", "{pahf}", "--port", "{path}"),
+    _slot("world serve pahf", "data", DIR_KINDS, "--data", "{path}"),
 ]  # fmt: skip
 
 # Path parameters no row exercises, and why.
