@@ -9,6 +9,7 @@ main thread must see `Interrupted` right after, and nothing may be reported as i
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -47,11 +48,23 @@ CHILD = textwrap.dedent(
 )
 
 
+def _signals_as_a_shell_gives_them() -> None:
+    """The child gets SIGINT unblocked and at its default (a test run in the background has it ignored)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("where", ["finalizer", "at-fork"])
 def test_a_signal_raised_where_python_swallows_exceptions_still_stops(where: str) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, where], capture_output=True, text=True, timeout=60, env=env, check=False
+        [sys.executable, "-c", CHILD, where],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+        preexec_fn=_signals_as_a_shell_gives_them,
     )
     assert done.stdout.strip() == "stopped by SIGINT, exit 130", done.stdout + done.stderr
     assert "Exception ignored" not in done.stderr, done.stderr
