@@ -20,7 +20,7 @@ from memrl.train.config import ClusterConfig
 
 # Set by torchrun and `accelerate launch` in every process they start: such a process is one of the launch's ranks.
 LAUNCHED_VAR = "WORLD_SIZE"
-LOCAL_LAUNCH = "memrl.train.local_launch"
+LOOPBACK_ENTRY = "memrl.train.loopback"
 MULTI_NODE_REFS = ("${NODE_RANK}", "${MASTER_ADDR}", "${MASTER_PORT:-29500}")
 
 
@@ -53,14 +53,14 @@ def _entry(entry: str, recipe: Path, stage: str) -> list[str]:
     return ["-m", entry, str(recipe), "--stage", stage]
 
 
-# On one node, the launcher's stores listen on 127.0.0.1 (`local_launch`) and the ranks talk over the loopback
+# On one node, the launcher's stores listen on 127.0.0.1 (`loopback`) and the ranks talk over the loopback
 # interface (gloo's and NCCL's own sockets); a variable the user set wins.
 ONE_NODE_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 
 
 def _launcher(name: str, nnodes: int) -> list[str]:
-    """The launcher's command: on one node through `local_launch` (loopback only), on several as installed."""
-    return [sys.executable, "-m", LOCAL_LAUNCH, name] if nnodes == 1 else [_tool(name)]
+    """The launcher's command: on one node through `loopback` (stores on 127.0.0.1 only), on several as installed."""
+    return [sys.executable, "-m", LOOPBACK_ENTRY, name] if nnodes == 1 else [_tool(name)]
 
 
 def launch_env(cluster: ClusterConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -141,7 +141,7 @@ def trl_launch(
 
 def resolve_refs(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
     """Fill `${NAME}` / `${NAME:-default}` from the environment; an unset name without default fails in one line.
-    (`memrl.train.launch.format_command` prints the command with the references left for the shell.)"""
+    (`memrl.train.processes.format_command` prints the command with the references left for the shell.)"""
     return [substitute(arg, environ, message=_unset) for arg in argv]
 
 

@@ -16,7 +16,7 @@ from memrl.app.preflight import preflight
 from memrl.app.recipe import load_recipe
 from memrl.app.stages.runner import plan_lines
 from memrl.train import distributed
-from memrl.train.backends import llamafactory as lf
+from memrl.train.llamafactory import backend as lf
 
 EIGHT = [str(i) for i in range(8)]
 # The 70B server on GPUs 4-7 of the node, as the 7B recipes' headers describe it.

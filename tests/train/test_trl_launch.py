@@ -19,8 +19,8 @@ from memrl.core.errors import ConfigError
 from memrl.train import distributed
 from memrl.train.config import ClusterConfig
 from memrl.train.distributed import launched, resolve_refs, trl_launch, world_size
-from memrl.train.launch import format_command
-from memrl.train.trl_common import accumulation_steps
+from memrl.train.processes import format_command
+from memrl.train.trl.common import accumulation_steps
 
 ENTRY = "memrl.app.stage_main"
 RECIPE = Path("run/recipe.resolved.yaml")
@@ -39,7 +39,7 @@ def test_several_gpus_run_one_process_each_under_accelerate() -> None:
     launch = trl_launch(ENTRY, RECIPE, "grpo", ClusterConfig(), EIGHT)
     assert launch is not None and launch.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     # One node: accelerate runs through memrl's loopback-only launcher, its ranks' traffic on the loopback interface.
-    assert launch.argv[:4] == [sys.executable, "-m", "memrl.train.local_launch", "accelerate"]
+    assert launch.argv[:4] == [sys.executable, "-m", "memrl.train.loopback", "accelerate"]
     assert launch.argv[4:6] == ["launch", "--multi_gpu"]
     assert {launch.env[k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")} == {"lo"}
     assert "--num_processes=8" in launch.argv and "--num_machines=1" in launch.argv

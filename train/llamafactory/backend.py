@@ -23,10 +23,10 @@ from memrl.core.errors import ConfigError, MemrlError
 from memrl.core.files import read_json
 from memrl.core.outcomes import require_data
 from memrl.core.yamlsafe import load_yaml
-from memrl.train.backends import StageRun
 from memrl.train.config import LoraConfig, SFTStage
-from memrl.train.launch import run_logged
 from memrl.train.placement import trainer_cluster, trainer_env
+from memrl.train.processes import run_logged
+from memrl.train.stage_run import StageRun
 
 TRAIN_DATASET = "memrl_reflection_train"
 EVAL_DATASET = "memrl_reflection_eval"
@@ -281,7 +281,7 @@ def run(stage: SFTStage, where: StageRun, base: str, data: Path) -> None:
     """Write the stage's YAML, run it in LLaMA-Factory's own environment (created on first use), save `final/`."""
     import torch
 
-    from memrl.train.llamafactory_env import default_env_dir, ensure_env
+    from memrl.train.llamafactory.venv import default_env_dir, ensure_env
 
     yaml_path = write_yaml(_stage_yaml(stage, where, base, data, dry_run=False), where.out_dir / YAML_FILE)
     with where.console.status("preparing LLaMA-Factory's own environment"):
