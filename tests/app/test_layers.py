@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = [sys.executable, str(ROOT / "tools" / "check_layers.py")]
 FOLDERS = ("memrl", "train", "rollout", "rewards", "envs", "data_gen", "recipes", "tools")
-CONTRACTS = 3  # layers, independent worlds, no trainer library below train
+CONTRACTS = 4  # layers, independent worlds, independent trainers, no trainer library below train
 
 
 def _copy_tree(dest: Path) -> Path:
@@ -41,6 +41,8 @@ def test_the_tree_keeps_every_contract() -> None:
         ("envs/tod/pipeline.py", "def _up():\n    from memrl.train.judger import trainer  # noqa", "Layers"),
         # one world reaching into another
         ("envs/pahf/prompts.py", "from memrl.envs.collab import checkers  # noqa", "worlds"),
+        # one trainer's package reaching into another's
+        ("train/verl/backend.py", "from memrl.train.trl import common  # noqa", "trainer's package"),
         # an environment driving a trainer, even lazily
         ("envs/collab/session.py", "def _train():\n    import trl  # noqa", "no trainer library"),
         ("data_gen/tod/dataset.py", "from verl.utils import hf_tokenizer  # noqa", "no trainer library"),
