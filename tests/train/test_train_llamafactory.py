@@ -129,14 +129,14 @@ def test_write_yaml_puts_zero2_next_to_it(tmp_path: Path) -> None:
     assert not (tmp_path / "cpu" / lf.DEEPSPEED_FILE).exists()
 
 
-def test_launch_env() -> None:
-    assert lf.launch_env(stage(), cpu=True) == {"CUDA_VISIBLE_DEVICES": ""}
-    assert lf.launch_env(stage(cluster=ClusterConfig(nnodes=2, gpus_per_node=8)), cpu=False) == {
+def test_cli_env() -> None:
+    assert lf.cli_env(stage(), cpu=True) == {"CUDA_VISIBLE_DEVICES": ""}
+    assert lf.cli_env(stage(cluster=ClusterConfig(nnodes=2, gpus_per_node=8)), cpu=False) == {
         "NPROC_PER_NODE": "8",
         "NNODES": "2",
         "FORCE_TORCHRUN": "1",
     }
-    assert "FORCE_TORCHRUN" not in lf.launch_env(stage(cluster=ClusterConfig(gpus_per_node=1)), cpu=False)
+    assert "FORCE_TORCHRUN" not in lf.cli_env(stage(cluster=ClusterConfig(gpus_per_node=1)), cpu=False)
 
 
 def test_template_by_model_family(tmp_path: Path) -> None:
@@ -239,7 +239,7 @@ def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path, llamafactory_v
     wandb_env = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
     started = time.monotonic()
     lf.run_llamafactory(
-        path, cli_path(llamafactory_venv), tmp_path / "lf.log", env=lf.launch_env(sft, cpu=True) | wandb_env
+        path, cli_path(llamafactory_venv), tmp_path / "lf.log", env=lf.cli_env(sft, cpu=True) | wandb_env
     )
     print(f"LLaMA-Factory 2-step LoRA SFT on CPU: {time.monotonic() - started:.1f}s")
     out = tmp_path / "out"

@@ -222,7 +222,7 @@ def write_yaml(args: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
-def launch_env(stage: SFTStage, cpu: bool) -> dict[str, str]:
+def cli_env(stage: SFTStage, cpu: bool) -> dict[str, str]:
     """Variables LLaMA-Factory's launcher reads: torchrun across the GPUs of this node the placement plan leaves the
     trainer (the others hold served models), and the node count."""
     if cpu:
@@ -286,7 +286,7 @@ def run(stage: SFTStage, where: StageRun, base: str, data: Path) -> None:
     yaml_path = write_yaml(_stage_yaml(stage, where, base, data, dry_run=False), where.out_dir / YAML_FILE)
     with where.console.status("preparing LLaMA-Factory's own environment"):
         cli = ensure_env(default_env_dir())
-    env = launch_env(stage, not torch.cuda.is_available())
+    env = cli_env(stage, not torch.cuda.is_available())
     run_llamafactory(yaml_path, cli, where.out_dir / "llamafactory.log", env=env)
     save_final(where.out_dir, base=portable_ref(base), stage=where.stage)
 
@@ -296,5 +296,5 @@ def describe(stage: SFTStage, where: StageRun, base: str, data: Path) -> list[st
     from memrl.train.placement import stage_plan
 
     _stage_yaml(stage, where, base, data, dry_run=True)  # refuses knobs LLaMA-Factory lacks, here too
-    env = " ".join(f"{k}={v}" for k, v in launch_env(stage, cpu=False).items())
+    env = " ".join(f"{k}={v}" for k, v in cli_env(stage, cpu=False).items())
     return [f"{env} llamafactory-cli train {where.out_dir / YAML_FILE}", stage_plan(stage, base).text()]

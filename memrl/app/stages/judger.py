@@ -10,7 +10,7 @@ from memrl.app.stages.base import Job, StageKind
 from memrl.app.stages.spawn import STAGE_ENTRY, resolved_recipe, shown, spawn_stage
 from memrl.core.errors import ConfigError
 from memrl.train.config import JudgerStage
-from memrl.train.distributed import launch_env, launched
+from memrl.train.distributed import is_rank, ranks_env
 from memrl.train.hf_trainer import is_finished
 
 
@@ -37,7 +37,7 @@ def run_judger(stage: JudgerStage, ctx: RunContext, name: str) -> None:
 
     data, base = data_ref(stage.data, ctx, name), ctx.model_ref(stage.model)
     require_pairs(data, "train")  # fail here, in one line, rather than once per GPU
-    if stage.distributed and not launched():  # one of torchrun's processes trains below
+    if stage.distributed and not is_rank():  # one of torchrun's processes trains below
         _run_distributed(stage, ctx, name)
         return
     from memrl.app.stages.training import train_context
@@ -69,7 +69,7 @@ def _run_distributed(stage: JudgerStage, ctx: RunContext, name: str) -> None:
     argv = _torchrun_argv(stage, ctx, name)
     if stage.deepspeed is not None:
         deepspeed_config(stage.deepspeed)
-    env = launch_env(stage.cluster) | trainer_env(stage)
+    env = ranks_env(stage.cluster) | trainer_env(stage)
     final = spawn_stage(argv, ctx, name, launcher="torchrun", log="judger.log", env=env)
     ctx.console.print(f"{name}: judger {final}")
 
@@ -81,7 +81,7 @@ def plan_judger(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
     from memrl.train.judger.deepspeed_zero import deepspeed_config
     from memrl.train.placement import trainer_env
 
-    lines = [shown(_torchrun_argv(stage, ctx, name), launch_env(stage.cluster) | trainer_env(stage))]
+    lines = [shown(_torchrun_argv(stage, ctx, name), ranks_env(stage.cluster) | trainer_env(stage))]
     if stage.deepspeed is not None:
         lines.append(f"DeepSpeed config {deepspeed_config(stage.deepspeed, must_exist=False)}")
     from memrl.train.placement import stage_plan
