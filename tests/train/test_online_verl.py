@@ -309,6 +309,9 @@ def test_a_v1_step_computes_its_metrics_and_dumps_the_reward_parts(tiny_qwen2: s
     from verl.utils import tensordict_utils as tu
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
+    # what VERL_USE_EXTERNAL_MODULES registers (run alone, no earlier test has imported them)
+    import memrl.train.verl.advantage  # memrl_grpo
+    import memrl.train.verl.agent_loop  # noqa: F401  the loop
     from memrl.envs.ray_start import local_ray as loopback_ray
     from memrl.train.verl.collab_overrides import collab_overrides
     from memrl.train.verl.collab_rollouts import rollout_history
