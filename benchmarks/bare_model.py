@@ -9,7 +9,7 @@ against (`quickstart_stages.py`).
 - GRPO: per step, the policy (the SFT adapter merged into its base, in eval mode: one plain model) samples
   `rollouts` completions of the step's longest length, then one forward + backward over prompt and completions on
   the unmerged adapter.
-Training runs at the precision TRL gets from memrl (`trl_common.device_args`: bf16 autocast where the CPU has bf16
+Training runs at the precision TRL gets from memrl (`hf_trainer.device_args`: bf16 autocast where the CPU has bf16
 instructions), generation in fp32 (bf16 decoding is slower on CPU).
 """
 
@@ -123,7 +123,7 @@ def _lora(model: Any, adapter_dir: Path) -> Any:
 
 def _autocast() -> Any:
     """The precision memrl gives TRL on this machine."""
-    from memrl.train.trl_common import device_args
+    from memrl.train.hf_trainer import device_args
 
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(device_args()["bf16"]))
 

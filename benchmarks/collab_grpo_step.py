@@ -223,8 +223,8 @@ def recipe_overrides(args: argparse.Namespace, out_dir: Path) -> list[str]:
 def memrl_step(stage: Any, base_model: str, out_dir: Path, seed: int, warmup: int) -> tuple[dict[str, Any], Any]:
     import trl
 
-    from memrl.train.online.trl_collab import train_collab_grpo
-    from memrl.train.trl_common import TrainContext
+    from memrl.train.hf_trainer import TrainContext
+    from memrl.train.trl.collab import train_collab_grpo
 
     clock = StepClock()
     ctx = TrainContext(out_dir=out_dir, stage="collab", seed=seed, report_to="none", run_name="bench-collab")
@@ -240,9 +240,9 @@ def trl_step(stage: Any, base_model: str, out_dir: Path, seed: int, warmup: int,
     from transformers import AutoTokenizer
 
     from memrl.core.checkpoints import tokenizer_source
-    from memrl.train.online.trl_collab import collab_args
-    from memrl.train.trl_common import TrainContext
-    from memrl.train.trl_grpo import policy_model
+    from memrl.train.hf_trainer import TrainContext
+    from memrl.train.trl.collab import collab_args
+    from memrl.train.trl.grpo import policy_model
 
     timed = memrl.steps[warmup:]
     length = round(sum(s["completion_tokens"] for s in timed) / sum(s["sequences"] for s in timed))

@@ -1,6 +1,7 @@
 """Pure reward functions (judge coverage, format, length, the collab episode parts) and their registry.
 
-The trainer adapters and the rewards that play an environment live in memrl.train.rewards.
+Each trainer's adapter lives in its package (memrl.train.trl.rewards, memrl.train.verl.rewards), the rewards that
+play an environment in memrl.train.rewards.
 
 Import-light: the judges load their models when first built, not on import.
 """

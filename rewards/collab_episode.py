@@ -12,7 +12,7 @@
 
 Each part reads the episode record (`CollabEpisode.record()`); weights come from the recipe
 (`EpisodeRewardWeights`), and `EpisodeRewardWeights.total` is the one weighted sum (verl's agent loop scores with
-it; TRL sums the same weights itself, one reward function per part: memrl.train.rewards.trl.episode_funcs).
+it; TRL sums the same weights itself, one reward function per part: memrl.train.trl.rewards.episode_funcs).
 """
 
 from __future__ import annotations

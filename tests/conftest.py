@@ -76,8 +76,8 @@ def mstod_judger(mstod_judger_data: Path, tmp_path_factory: pytest.TempPathFacto
     """The MiniLM cross-encoder after 2 steps on those pairs: untrained in effect, but a real judger folder the
     scorer loads."""
     from memrl.train.config import JudgerStage
+    from memrl.train.hf_trainer import TrainContext
     from memrl.train.judger.trainer import train_judger
-    from memrl.train.trl_common import TrainContext
 
     stage = JudgerStage(kind="judger", model="judger", max_steps=2, batch_size=8, micro_batch_size=8, max_length=128)
     out = tmp_path_factory.mktemp("judger")
@@ -104,7 +104,7 @@ def smollm2_server(smollm2: str, tmp_path_factory: pytest.TempPathFactory) -> It
 _CACHE_AT_IMPORT = os.environ.get("MEMRL_CACHE")  # before the model_cache fixture may point it elsewhere
 
 
-def _ready_llamafactory_env() -> Path | None:
+def _ready_llamafactory_venv() -> Path | None:
     candidates = [Path(p) for p in [os.environ.get("MEMRL_LLAMAFACTORY_ENV")] if p]
     if _CACHE_AT_IMPORT:
         candidates.append(Path(_CACHE_AT_IMPORT) / "envs" / "llamafactory")
@@ -116,10 +116,10 @@ def _ready_llamafactory_env() -> Path | None:
 
 
 @pytest.fixture(scope="session")
-def llamafactory_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def llamafactory_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A ready LLaMA-Factory environment: one already built on this machine, else `memrl env llamafactory` builds
     one for the session (pip from the registries, about 2 minutes), which the tests that need it then share."""
-    ready = _ready_llamafactory_env()
+    ready = _ready_llamafactory_venv()
     if ready is not None:
         return ready
     env_dir = tmp_path_factory.mktemp("llamafactory") / "env"

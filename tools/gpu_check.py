@@ -337,10 +337,10 @@ def run(device: str, sizes: Sizes, work: Path) -> list[Phase]:
     from memrl.rollout.hf_local import HFBackend
     from memrl.train.config import GRPOStage, JudgerSelection, JudgerStage, LoggingTarget, LoraConfig, SFTStage
     from memrl.train.export import export_checkpoint
+    from memrl.train.hf_trainer import TrainContext
     from memrl.train.judger.trainer import train_judger
-    from memrl.train.trl_common import TrainContext
-    from memrl.train.trl_grpo import train_grpo
-    from memrl.train.trl_sft import train_sft
+    from memrl.train.trl.grpo import train_grpo
+    from memrl.train.trl.sft import train_sft
 
     chat, encoder = build_models(work, tiny=device == "cpu")
     data = write_data(work, rows=max(16, sizes.batch * sizes.steps))

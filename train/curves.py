@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memrl.train.verl_metrics import Steps
-
 Points = list[tuple[float, float]]
+Steps = Mapping[int, Mapping[str, float]]  # step -> metric -> value (verl's file logger: memrl.train.verl.metrics)
 # File names, in the folder of the stage or evaluation that drew them.
 LOSS_CURVE = "loss_curve.png"
 ROC_PR = "roc_pr.png"
@@ -87,7 +86,7 @@ VERL_PANELS: dict[str, dict[str, str]] = {
     "loss": {"train loss": "train/loss", "eval loss": "val/loss"},
     "learning rate": {"lr": "train/lr"},
 }
-# The reward and its parts on the validation set (memrl.train.rewards.verl's keys): verl logs the reward function's
+# The reward and its parts on the validation set (memrl.train.verl.rewards's keys): verl logs the reward function's
 # extra keys only for validation, as `val-core|val-aux/<data source>/<name>/mean@<n>`.
 REWARD_PARTS = ("reward", "coverage", "format", "length_penalty")
 _VAL = re.compile(r"^val-(?:core|aux)/(?P<source>[^/]+)/(?P<name>[^/]+)/mean@(?P<n>\d+)$")

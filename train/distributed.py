@@ -18,20 +18,20 @@ from memrl.core.envrefs import substitute
 from memrl.core.errors import ConfigError
 from memrl.train.config import ClusterConfig
 
-# Set by torchrun and `accelerate launch` in every process they start: such a process is one of the launch's ranks.
-LAUNCHED_VAR = "WORLD_SIZE"
-LOCAL_LAUNCH = "memrl.train.local_launch"
+# Set by torchrun and `accelerate launch` in every process they start: such a process is one of their ranks.
+WORLD_SIZE_VAR = "WORLD_SIZE"
+LOOPBACK_ENTRY = "memrl.train.loopback"
 MULTI_NODE_REFS = ("${NODE_RANK}", "${MASTER_ADDR}", "${MASTER_PORT:-29500}")
 
 
-def launched(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this process was started by a distributed launcher (it then trains in-process, as one rank)."""
-    return LAUNCHED_VAR in (os.environ if environ is None else environ)
+def is_rank(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is one rank of a distributed launcher (it then trains in-process)."""
+    return WORLD_SIZE_VAR in (os.environ if environ is None else environ)
 
 
 def world_size(environ: Mapping[str, str] | None = None) -> int:
     """Processes training together: the launcher's world size, else 1."""
-    return int((os.environ if environ is None else environ).get(LAUNCHED_VAR, "1"))
+    return int((os.environ if environ is None else environ).get(WORLD_SIZE_VAR, "1"))
 
 
 def visible_gpus() -> list[str]:
@@ -53,18 +53,18 @@ def _entry(entry: str, recipe: Path, stage: str) -> list[str]:
     return ["-m", entry, str(recipe), "--stage", stage]
 
 
-# On one node, the launcher's stores listen on 127.0.0.1 (`local_launch`) and the ranks talk over the loopback
+# On one node, the launcher's stores listen on 127.0.0.1 (`loopback`) and the ranks talk over the loopback
 # interface (gloo's and NCCL's own sockets); a variable the user set wins.
 ONE_NODE_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 
 
 def _launcher(name: str, nnodes: int) -> list[str]:
-    """The launcher's command: on one node through `local_launch` (loopback only), on several as installed."""
-    return [sys.executable, "-m", LOCAL_LAUNCH, name] if nnodes == 1 else [_tool(name)]
+    """The launcher's command: on one node through `loopback` (stores on 127.0.0.1 only), on several as installed."""
+    return [sys.executable, "-m", LOOPBACK_ENTRY, name] if nnodes == 1 else [_tool(name)]
 
 
-def launch_env(cluster: ClusterConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """What a launch adds to the environment: on one node, the loopback interface for the ranks' traffic."""
+def ranks_env(cluster: ClusterConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What the launcher's ranks get in their environment: on one node, the loopback interface for their traffic."""
     env = os.environ if environ is None else environ
     return {k: v for k, v in ONE_NODE_ENV.items() if k not in env} if cluster.nnodes == 1 else {}
 
@@ -100,7 +100,7 @@ def accelerate_command(entry: str, recipe: Path, stage: str, cluster: ClusterCon
 
 
 @dataclass(frozen=True)
-class Launch:
+class Spawn:
     """How a stage leaves this process: the command and what it adds to the environment."""
 
     argv: list[str]
@@ -108,7 +108,7 @@ class Launch:
     launcher: str  # named in logs and errors
 
 
-def trl_launch(
+def trl_spawn(
     entry: str,
     recipe: Path,
     stage: str,
@@ -117,14 +117,14 @@ def trl_launch(
     *,
     inside: bool = False,
     trainer_gpus: Sequence[int] | None = None,
-) -> Launch | None:
+) -> Spawn | None:
     """How a TRL stage runs given the GPUs this process sees; None: in this process.
 
     TRL 1.16's trainers refuse one process that sees several GPUs (`args.n_gpu > 1`: `nn.DataParallel`). So with
     several visible GPUs the stage never runs here: one GPU per process, `cluster.gpus_per_node` of them (at most
     what is visible) under `accelerate launch`, or a single process pinned to the first GPU. `trainer_gpus`: the
     node's GPUs (indexes into `visible`) the placement plan leaves the trainer; the others hold served models.
-    `inside`: this process already is one rank of a launch. CPU or one visible GPU: in this process, as before.
+    `inside`: this process already is one rank. CPU or one visible GPU: in this process, as before.
     """
     if inside or len(visible) <= 1:
         return None
@@ -134,14 +134,14 @@ def trl_launch(
     per_node = min(cluster.gpus_per_node, len(mine))
     pinned = {"CUDA_VISIBLE_DEVICES": ",".join(mine[:per_node])}
     if per_node == 1 and cluster.nnodes == 1:
-        return Launch([sys.executable, *_entry(entry, recipe, stage)], pinned, f"one process on GPU {mine[0]}")
+        return Spawn([sys.executable, *_entry(entry, recipe, stage)], pinned, f"one process on GPU {mine[0]}")
     argv = accelerate_command(entry, recipe, stage, cluster, per_node)
-    return Launch(argv, pinned | launch_env(cluster), f"accelerate launch, {per_node} processes per node")
+    return Spawn(argv, pinned | ranks_env(cluster), f"accelerate launch, {per_node} processes per node")
 
 
 def resolve_refs(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
     """Fill `${NAME}` / `${NAME:-default}` from the environment; an unset name without default fails in one line.
-    (`memrl.train.launch.format_command` prints the command with the references left for the shell.)"""
+    (`memrl.train.processes.format_command` prints the command with the references left for the shell.)"""
     return [substitute(arg, environ, message=_unset) for arg in argv]
 
 

@@ -60,7 +60,7 @@ def export_checkpoint(checkpoint: Path, out: Path, *, lora_alpha: int | None = N
 
 
 def _as_hf_folder(checkpoint: Path, scratch: Path, lora_alpha: int | None) -> Path:
-    from memrl.train.verl_merge import is_verl_checkpoint, merge_verl_checkpoint
+    from memrl.train.verl.merge import is_verl_checkpoint, merge_verl_checkpoint
 
     if not is_verl_checkpoint(checkpoint):
         return checkpoint

@@ -11,10 +11,10 @@ from typing import Any
 
 from memrl.core.errors import MemrlError
 from memrl.core.files import read_json
-from memrl.train import verl_metrics
 from memrl.train.curves import TRAIN_REWARD, HeldOutPoint, RewardStep, reflector_chart
 from memrl.train.reflector_verdict import curve_fit, gains, hacking_flag, learning_verdict, model_intervals
-from memrl.train.verl_metrics import METRICS_FILE
+from memrl.train.verl import metrics as verl_metrics
+from memrl.train.verl.metrics import METRICS_FILE
 
 REPORT_FILE = "report.json"
 CURVE_FILE = "reward_curve.png"

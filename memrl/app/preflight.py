@@ -219,7 +219,7 @@ def _ray(address: str, report: Report) -> None:
         report.problems.append("ray: not importable, but a Ray address is given")
         return
     from memrl.envs.ray_start import cluster_auth, local_ray, no_auth_warning, probe_ray
-    from memrl.train.verl_main import forwarded_env
+    from memrl.train.verl.main import forwarded_env
 
     wanted = forwarded_env(os.environ | {"WANDB_MODE": os.environ.get("WANDB_MODE", "offline")})
     try:

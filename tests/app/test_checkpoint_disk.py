@@ -14,10 +14,10 @@ from memrl.app.context import RunContext
 from memrl.app.preflight import preflight
 from memrl.app.recipe import load_recipe
 from memrl.app.stages.runner import plan_lines
-from memrl.train.backends import llamafactory as lf
 from memrl.train.config import LoggingTarget
 from memrl.train.disk import disk_use
-from memrl.train.trl_common import TrainContext, base_args
+from memrl.train.hf_trainer import TrainContext, base_args
+from memrl.train.llamafactory import backend as lf
 
 
 def _dry_run(tmp_path: Path, stage: str, *overrides: str) -> str:

@@ -256,16 +256,16 @@ def test_verl_ray_job_gets_secrets_through_no_command_line(
     """Issue 17.2: the job's runtime_env went through `ray job submit --runtime-env-json` with the keys filled in."""
     import hashlib
 
-    from memrl.train import verl_launch
     from memrl.train.config import ClusterConfig
+    from memrl.train.verl.command import run_verl, verl_command
 
     for name, value in _env(WANDB_API_KEY=SECRET, HF_TOKEN=SECRET).items():
         monkeypatch.setenv(name, value)
-    argv = verl_launch.verl_command("grpo", [], ClusterConfig(ray_address=cluster.dashboard), python=sys.executable)
+    argv = verl_command("grpo", [], ClusterConfig(ray_address=cluster.dashboard), python=sys.executable)
     probe = SECRET_PROBE.format(digest=hashlib.sha256(SECRET.encode()).hexdigest())
     argv = [*argv[: argv.index("--") + 1], sys.executable, "-c", probe]
     log = tmp_path / "verl.log"
-    assert verl_launch.run_verl(argv, log) == 0
+    assert run_verl(argv, log) == 0
     text = log.read_text()
     assert "key ok: True" in text  # the job got the key ...
     assert "command lines holding it: 0 of" in text  # ... while no process on the host had it in its argv
@@ -277,7 +277,7 @@ def test_verl_ray_job_gets_secrets_through_no_command_line(
 
 # A verl GRPO stage's Ray job (`memrl run` with cluster.ray_address, or `memrl launch`), its entrypoint swapped for
 # this: like `memrl run`, it derives the judge's key and the unscored stop into the environment of the verl process,
-# which joins the cluster through verl_main's ray.init and starts verl's own reward workers (verl's RewardLoopManager:
+# which joins the cluster through verl.main's ray.init and starts verl's own reward workers (verl's RewardLoopManager:
 # round-robin over the nodes, each loading memrl's reward function by module); each says what it sees (the key only
 # as a match, never its value).
 VERL_JOB = """
@@ -288,11 +288,12 @@ sys.exit(subprocess.run([sys.executable, "verl_process.py"], env=env).returncode
 VERL_PROCESS = """
 import hashlib, json, os, ray
 from verl.experimental.reward_loop.reward_loop import RewardLoopManager
-from memrl.train import verl_launch, verl_main
-cfg = verl_launch.compose(verl_launch.PPO_CONFIG, [
+from memrl.train.verl import main as verl_main
+from memrl.train.verl.validate import PPO_CONFIG, compose
+cfg = compose(PPO_CONFIG, [
     "+ray_kwargs.ray_init.address=auto", "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR=/from/verl/config",
     "actor_rollout_ref.model.path={model}", "reward.num_workers=2",
-    "reward.custom_reward_function.path=pkg://memrl.train.rewards.verl",
+    "reward.custom_reward_function.path=pkg://memrl.train.verl.rewards",
     "reward.custom_reward_function.name=compute_score_async",
 ])
 verl_main.init_ray(cfg)
@@ -319,8 +320,8 @@ def test_verl_workers_on_every_node_see_the_jobs_environment(
     refuse to merge them. Here: a `ray job submit` as `memrl run` sends it, WANDB_DIR in both."""
     import hashlib
 
-    from memrl.train import verl_launch
     from memrl.train.config import ClusterConfig
+    from memrl.train.verl.command import run_verl, verl_command
 
     for name, value in _env(WANDB_MODE="offline", WANDB_DIR="/from/the/job").items():
         monkeypatch.setenv(name, value)
@@ -330,16 +331,16 @@ def test_verl_workers_on_every_node_see_the_jobs_environment(
     (work / "verl_job.py").write_text(VERL_JOB.format(key=SECRET))
     digest = hashlib.sha256(SECRET.encode()).hexdigest()
     (work / "verl_process.py").write_text(VERL_PROCESS.format(digest=digest, model=tiny_qwen2))
-    argv = verl_launch.verl_command("grpo", [], ClusterConfig(ray_address=cluster.dashboard), working_dir=work)
+    argv = verl_command("grpo", [], ClusterConfig(ray_address=cluster.dashboard), working_dir=work)
     assert "RAY_OVERRIDE_JOB_RUNTIME_ENV" not in argv[argv.index("--runtime-env-json") + 1]
     argv = [*argv[: argv.index("--") + 1], sys.executable, "verl_job.py"]
     log = tmp_path / "verl.log"
-    verl_launch.run_verl(argv, log)
+    run_verl(argv, log)
     text = log.read_text()
     seen = json.loads(next(line for line in text.splitlines() if line.startswith("SEEN "))[5:])
     assert {w["node"] for w in seen} == cluster.node_ids()  # a worker on each node, the job's own and the other
     for worker in seen:
-        assert worker["reward_fn"] == "memrl.train.rewards.verl.compute_score_async", worker  # loaded by module
+        assert worker["reward_fn"] == "memrl.train.verl.rewards.compute_score_async", worker  # loaded by module
         assert worker["key_ok"], worker
         assert worker["WANDB_MODE"] == "offline"
         assert worker["WANDB_DIR"] == "/from/verl/config"  # the stage folder verl's config names wins
@@ -399,7 +400,7 @@ def test_dry_run_prints_every_stage_and_masks_secrets(
         "launch", "reflector-qwen2.5-7b", "--ray-address", "http://head:8265", "--dry-run", "--stage", "grpo"
     )
     assert verl.returncode == 0, verl.stderr[-3000:]
-    assert "-m memrl.train.verl_main" in verl.stdout
+    assert "-m memrl.train.verl.main" in verl.stdout
     assert "+ray_kwargs.ray_init.address=auto" in verl.stdout
     assert "trainer.nnodes=1" in verl.stdout
     assert "trainer.n_gpus_per_node=4" in verl.stdout  # the judge's server keeps GPUs 4-7 (placement)
@@ -427,7 +428,7 @@ def test_launch_keeps_the_outcome_reward_of_a_verl_grpo_stage(tmp_path: Path) ->
     ctx = RunContext(recipe, recipe.run_dir, Console(file=io.StringIO()))
     argv = verl_command(recipe.stages["grpo"], ctx, "grpo", dry_run=True).argv
     paths = [a.split("=", 1)[1] for a in argv if a.startswith("reward.custom_reward_function.path=")]
-    assert paths == ["pkg://memrl.train.rewards.verl"]
+    assert paths == ["pkg://memrl.train.verl.rewards"]
     assert "+ray_kwargs.ray_init.address=auto" in argv
 
 

@@ -202,7 +202,7 @@ def test_verl_stage_with_checkpoints_resumes_them_with_a_fixed_shuffle_seed(kind
     from memrl.app.context import RunContext
     from memrl.app.recipe import load_recipe
     from memrl.app.stages.training import verl_command
-    from memrl.train import verl_launch
+    from memrl.train.verl.validate import PPO_CONFIG, SFT_CONFIG, compose
 
     run = tmp_path / "run"
     loaded = load_recipe("reflector-qwen2.5-7b", ["seed=11", f"output_dir={run}"])
@@ -210,8 +210,8 @@ def test_verl_stage_with_checkpoints_resumes_them_with_a_fixed_shuffle_seed(kind
     ctx = RunContext(loaded.recipe, run, Console(stderr=True))
     argv = verl_command(loaded.recipe.stages[kind], ctx, kind, dry_run=True).argv
     overrides = [arg for arg in argv if "=" in arg and not arg.startswith("--")]
-    config = verl_launch.PPO_CONFIG if kind == "grpo" else verl_launch.SFT_CONFIG
-    cfg = verl_launch.compose(config, overrides)  # what verl's @hydra.main builds from the command
+    config = PPO_CONFIG if kind == "grpo" else SFT_CONFIG
+    cfg = compose(config, overrides)  # what verl's @hydra.main builds from the command
     assert cfg.trainer.resume_mode == "auto"
     assert Path(cfg.trainer.default_local_dir) == run / kind / "checkpoints"
     # verl's own lookup (what `resume_mode=auto` runs) finds the checkpoint the killed run left behind

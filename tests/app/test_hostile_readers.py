@@ -63,8 +63,8 @@ BOMB = f"[{', '.join(LAUGHS)}]"  # ~600 bytes, 9^9 values once expanded
     ],
 )
 def test_training_overrides_read_their_values_as_bounded_yaml(value: str, why: str) -> None:
-    from memrl.train.backends.llamafactory import apply_overrides as lf_overrides
-    from memrl.train.trl_common import apply_overrides
+    from memrl.train.hf_trainer import apply_overrides
+    from memrl.train.llamafactory.backend import apply_overrides as lf_overrides
 
     @dataclasses.dataclass
     class Args:

@@ -17,8 +17,8 @@ from memrl.app.stages.runner import run_recipe
 from memrl.core.errors import ConfigError
 from memrl.train.config import ClusterConfig, JudgerStage
 from memrl.train.distributed import resolve_refs, torchrun_command
-from memrl.train.judger.launch import deepspeed_config
-from memrl.train.launch import format_command
+from memrl.train.judger.deepspeed_zero import deepspeed_config
+from memrl.train.processes import format_command
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -62,8 +62,8 @@ def test_8b_dry_run_prints_the_torchrun_launch(tmp_path: Path, memrl_cli: MemrlC
     )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout + result.stderr
-    launch = "-m memrl.train.local_launch torchrun --nnodes=1 --standalone --nproc-per-node=8 -m memrl.app.stage_main"
-    assert launch in out and "GLOO_SOCKET_IFNAME=lo" in out  # one node: loopback only (train/local_launch.py)
+    launch = "-m memrl.train.loopback torchrun --nnodes=1 --standalone --nproc-per-node=8 -m memrl.app.stage_main"
+    assert launch in out and "GLOO_SOCKET_IFNAME=lo" in out  # one node: loopback only (train/loopback.py)
     assert f"{tmp_path / 'run'}/recipe.resolved.yaml --stage judger" in out
     assert "deepspeed/zero3.json" in out and "memrl eval judger" in out
     assert not (tmp_path / "run").exists()  # a dry run writes nothing

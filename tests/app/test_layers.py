@@ -12,8 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = [sys.executable, str(ROOT / "tools" / "check_layers.py")]
 FOLDERS = ("memrl", "train", "rollout", "rewards", "envs", "data_gen", "recipes", "tools")
-CONTRACTS = 5  # layers, independent worlds, no trainer library below train, OpenEnv/verifiers only in integrations,
-# no trainer library in integrations
+CONTRACTS = 6  # layers, independent worlds, independent trainers, no trainer library below train,
+# OpenEnv/verifiers only in integrations, no trainer library in integrations
 
 
 def _copy_tree(dest: Path) -> Path:
@@ -42,6 +42,8 @@ def test_the_tree_keeps_every_contract() -> None:
         ("envs/tod/pipeline.py", "def _up():\n    from memrl.train.judger import trainer  # noqa", "Layers"),
         # one world reaching into another
         ("envs/pahf/prompts.py", "from memrl.envs.collab import checkers  # noqa", "worlds"),
+        # one trainer's package reaching into another's
+        ("train/verl/backend.py", "from memrl.train.trl import common  # noqa", "trainer's package"),
         # an environment driving a trainer, even lazily
         ("envs/collab/session.py", "def _train():\n    import trl  # noqa", "no trainer library"),
         ("data_gen/tod/dataset.py", "from verl.utils import hf_tokenizer  # noqa", "no trainer library"),

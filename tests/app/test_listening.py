@@ -81,5 +81,5 @@ def test_the_judgers_torchrun_listens_on_loopback_only(
         )
     assert code == 0, stderr[-3000:]
     commands = " ".join(command for _, command, _ in listeners.found)
-    assert "memrl.train.local_launch torchrun" in commands, (listeners.found, time.monotonic() - started)
+    assert "memrl.train.loopback torchrun" in commands, (listeners.found, time.monotonic() - started)
     assert not listeners.exposed(), listeners.exposed()

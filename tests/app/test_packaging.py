@@ -191,9 +191,9 @@ VERL_MODULES = (
     "verl.checkpoint_engine",
     "verl.trainer.sft_trainer",
     "verl.trainer.sft_trainer_ray",
-    "memrl.train.rewards.advantage",
-    "memrl.train.online.verl_agent_loop",
-    "memrl.train.verl_validate",
+    "memrl.train.verl.advantage",
+    "memrl.train.verl.agent_loop",
+    "memrl.train.verl.validate",
 )
 
 

@@ -78,7 +78,7 @@ def test_reward_list_shows_every_reward_with_its_parts_and_needs(memrl_cli: Memr
 def test_registry_factories_resolve_and_parts_are_what_the_trainers_produce() -> None:
     from memrl.envs.collab.scripted_reader import ScriptedReader
     from memrl.train.rewards.next_session import NextSessionScorer
-    from memrl.train.rewards.trl import episode_funcs, next_session_func, reward_funcs
+    from memrl.train.trl.rewards import episode_funcs, next_session_func, reward_funcs
 
     for entry in REWARDS.values():
         module, _, attribute = entry.factory.partition(":")

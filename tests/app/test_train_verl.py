@@ -17,8 +17,12 @@ from memrl.core.errors import ConfigError, MemrlError
 from memrl.rewards.reward import RewardConfig
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.serve import free_port
-from memrl.train import verl_launch, verl_merge, verl_metrics
 from memrl.train.config import ClusterConfig, GRPOStage, LoraConfig, SFTStage
+from memrl.train.verl import merge as verl_merge
+from memrl.train.verl import metrics as verl_metrics
+from memrl.train.verl.command import RaySubmission, format_command, run_verl, secret_env, verl_command
+from memrl.train.verl.overrides import grpo_overrides, hydra_value, sft_overrides
+from memrl.train.verl.validate import PPO_CONFIG, SFT_CONFIG, compose, validate_overrides
 
 DATA = Path("/data/reflection")
 OUT = Path("/runs/reflector/grpo")
@@ -80,12 +84,12 @@ def table5_sft(**update: object) -> SFTStage:
 
 def grpo(stage: GRPOStage, **kwargs: object) -> list[str]:
     args: dict = {"model_path": "Qwen/Qwen2.5-7B-Instruct", "data_dir": DATA, "out_dir": OUT, "experiment": "qwen"}
-    return verl_launch.grpo_overrides(stage, **(args | kwargs))
+    return grpo_overrides(stage, **(args | kwargs))
 
 
 def sft(stage: SFTStage, **kwargs: object) -> list[str]:
     args: dict = {"model_path": "meta-llama/Llama-3.1-8B-Instruct", "data_dir": DATA, "out_dir": OUT}
-    return verl_launch.sft_overrides(stage, **(args | {"experiment": "llama"} | kwargs))
+    return sft_overrides(stage, **(args | {"experiment": "llama"} | kwargs))
 
 
 def as_dict(overrides: list[str]) -> dict[str, str]:
@@ -116,7 +120,7 @@ def test_grpo_overrides_carry_the_recipe() -> None:
     assert (got["trainer.nnodes"], got["trainer.n_gpus_per_node"]) == ("1", "8")
     assert (got["trainer.project_name"], got["trainer.experiment_name"]) == ("memrl", "qwen")
     # Issue 25.11: by module always (reward workers sit on every node), local mode included.
-    assert got["reward.custom_reward_function.path"] == "pkg://memrl.train.rewards.verl"
+    assert got["reward.custom_reward_function.path"] == "pkg://memrl.train.verl.rewards"
     assert got["reward.custom_reward_function.name"] == "compute_score_async"
     assert "actor_rollout_ref.model.lora_rank" not in got  # lora: null is full fine-tuning
 
@@ -151,7 +155,7 @@ def test_loss_modes(loss: str, agg: str, std_norm: str) -> None:
     assert got["algorithm.norm_adv_by_std_in_grpo"] == std_norm
     assert ("actor_rollout_ref.actor.loss_scale_factor" in got) == (loss == "dr_grpo")
     # verl's own actor config rejects an aggregation name it does not implement.
-    verl_launch.validate_overrides(verl_launch.PPO_CONFIG, overrides)
+    validate_overrides(PPO_CONFIG, overrides)
 
 
 def test_sft_overrides_carry_the_recipe() -> None:
@@ -177,16 +181,13 @@ def test_verl_runs_log_their_metrics_in_the_stage_folder() -> None:
     """Issue 17.4: verl runs logged to the console (and wandb) only, and left no curve. Now verl's `file` logger
     writes the stage's metrics JSONL, its path (and wandb's folder) in the env of verl's Ray workers."""
     overrides = grpo(table5_grpo(), logger="wandb")
-    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, overrides)
+    cfg = compose(PPO_CONFIG, overrides)
     assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
     env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
     assert str(OUT / "verl_metrics.jsonl") == env.VERL_FILE_LOGGER_PATH
     assert str(OUT) == env.WANDB_DIR
-    assert (
-        "WANDB_DIR"
-        not in verl_launch.compose(verl_launch.PPO_CONFIG, grpo(table5_grpo())).ray_kwargs.ray_init.runtime_env.env_vars
-    )
-    assert list(verl_launch.compose(verl_launch.SFT_CONFIG, sft(table5_sft())).trainer.logger) == ["console", "file"]
+    assert "WANDB_DIR" not in compose(PPO_CONFIG, grpo(table5_grpo())).ray_kwargs.ray_init.runtime_env.env_vars
+    assert list(compose(SFT_CONFIG, sft(table5_sft())).trainer.logger) == ["console", "file"]
 
 
 def test_a_verl_stage_runs_with_its_metrics_file_and_draws_its_curves(tmp_path: Path) -> None:
@@ -197,8 +198,8 @@ def test_a_verl_stage_runs_with_its_metrics_file_and_draws_its_curves(tmp_path: 
     from memrl.app.context import RunContext
     from memrl.app.recipe import load_recipe
     from memrl.app.stages.training import stage_run, verl_command
-    from memrl.train.backends import CURVES_FILE
-    from memrl.train.backends.verl import VerlCommand, run_command
+    from memrl.train.stage_run import CURVES_FILE
+    from memrl.train.verl.backend import VerlCommand, run_command
 
     run = tmp_path / "run"
     loaded = load_recipe("reflector-qwen2.5-7b", [f"output_dir={run}"])
@@ -227,14 +228,11 @@ def test_a_verl_stage_runs_with_its_metrics_file_and_draws_its_curves(tmp_path: 
 def test_verl_sft_takes_the_seed_and_the_lr_schedule() -> None:
     """Issue 17.8: verl SFT ran with verl's seeds (trainer 1, engine 42) and a constant LR whatever the recipe."""
     overrides = sft(table5_sft(warmup_ratio=0.05), seed=7)
-    verl_launch.validate_overrides(verl_launch.SFT_CONFIG, overrides)  # verl's FSDPOptimizerConfig accepts it
-    cfg = verl_launch.compose(verl_launch.SFT_CONFIG, overrides)
+    validate_overrides(SFT_CONFIG, overrides)  # verl's FSDPOptimizerConfig accepts it
+    cfg = compose(SFT_CONFIG, overrides)
     assert (cfg.trainer.seed, cfg.engine.seed) == (7, 7)
     assert cfg.optim.lr_scheduler_type == "cosine" and cfg.optim.lr_warmup_steps_ratio == pytest.approx(0.05)
-    assert (
-        verl_launch.compose(verl_launch.SFT_CONFIG, sft(table5_sft(lr_scheduler="constant"))).optim.lr_scheduler_type
-        == "constant"
-    )
+    assert compose(SFT_CONFIG, sft(table5_sft(lr_scheduler="constant"))).optim.lr_scheduler_type == "constant"
     with pytest.raises(ConfigError, match="constant or cosine after the warm-up; lr_scheduler 'linear'"):
         sft(table5_sft(lr_scheduler="linear"))
 
@@ -248,12 +246,12 @@ def test_a_vllm_judge_is_hosted_by_verl_on_the_training_gpus() -> None:
     now verl's generative reward model, colocated on every training GPU, reached through verl's reward router."""
     import types
 
-    from memrl.train.rewards.verl import reward_config
+    from memrl.train.verl.rewards import reward_config
 
     stage = table5_grpo(reward=RewardConfig.model_validate(VERL_JUDGE))
     overrides = grpo(stage)
-    verl_launch.validate_overrides(verl_launch.PPO_CONFIG, overrides)
-    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, overrides)
+    validate_overrides(PPO_CONFIG, overrides)
+    cfg = compose(PPO_CONFIG, overrides)
     rm = cfg.reward.reward_model
     assert rm.enable and not rm.enable_resource_pool  # colocated: the policy keeps all 8 GPUs
     assert (rm.model_path, rm.rollout.name, rm.rollout.tensor_model_parallel_size) == (
@@ -267,7 +265,7 @@ def test_a_vllm_judge_is_hosted_by_verl_on_the_training_gpus() -> None:
     routed = reward_config(kwargs | {"reward_router_address": "10.0.0.2:8123", "reward_model_tokenizer": tokenizer})
     assert routed.judge.model.endpoint == "http://10.0.0.2:8123/v1" and routed.judge.model.model == "/hf/llama-70b"
     # An endpoint judge keeps verl's reward model off.
-    assert not verl_launch.compose(verl_launch.PPO_CONFIG, grpo(table5_grpo())).reward.reward_model.enable
+    assert not compose(PPO_CONFIG, grpo(table5_grpo())).reward.reward_model.enable
     with pytest.raises(ConfigError, match="tensor_parallel_size 16 must divide the stage's 8 GPUs"):
         grpo(table5_grpo(reward=RewardConfig.model_validate({"judge": {**VERL_JUDGE["judge"], "model": {
             **VERL_JUDGE["judge"]["model"], "tensor_parallel_size": 16}}})))  # fmt: skip
@@ -283,13 +281,13 @@ def test_table5_recipes_compose_against_verl(recipe: str) -> None:
     from memrl.app.recipe import load_recipe
 
     stages = load_recipe(recipe).recipe.stages
-    verl_launch.validate_overrides(verl_launch.PPO_CONFIG, grpo(stages["grpo"]))
-    verl_launch.validate_overrides(verl_launch.SFT_CONFIG, sft(stages["sft"]))
+    validate_overrides(PPO_CONFIG, grpo(stages["grpo"]))
+    validate_overrides(SFT_CONFIG, sft(stages["sft"]))
 
 
 def test_composed_config_holds_the_values() -> None:
     stage = table5_grpo(overrides=["actor_rollout_ref.rollout.n=4", "trainer.val_before_train=false"])
-    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, grpo(stage))
+    cfg = compose(PPO_CONFIG, grpo(stage))
     assert cfg.actor_rollout_ref.rollout.n == 4  # the passthrough override wins over the recipe's 8
     assert cfg.trainer.val_before_train is False
     assert cfg.actor_rollout_ref.actor.kl_loss_coef == pytest.approx(0.003)
@@ -300,12 +298,12 @@ def test_reward_config_reaches_the_reward_adapter_through_verl() -> None:
     from omegaconf import OmegaConf
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    from memrl.train.rewards.verl import compute_score_async, reward_config
+    from memrl.train.verl.rewards import compute_score_async, reward_config
 
     recipe = LLM_JUDGE | {"coverage_weight": 2.0, "length_penalty": {"budget": 120}}
     recipe["judge"] = recipe["judge"] | {"cache_dir": "/tmp/judge cache, it's \\'here'"}
     stage = table5_grpo(reward=RewardConfig.model_validate(recipe))
-    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, grpo(stage))
+    cfg = compose(PPO_CONFIG, grpo(stage))
     # verl resolves its config twice (to print it, then in place).
     OmegaConf.resolve(cfg)
     OmegaConf.resolve(cfg)
@@ -322,16 +320,16 @@ def test_reward_config_reaches_the_reward_adapter_through_verl() -> None:
     assert sent == expected
     assert sent.judge.cache_dir == "/tmp/judge cache, it's \\'here'"
     assert "sk-not-in-the-command" not in " ".join(grpo(stage))
-    assert verl_launch.secret_env(stage) == {"MEMRL_JUDGE_API_KEY": "sk-not-in-the-command"}
+    assert secret_env(stage) == {"MEMRL_JUDGE_API_KEY": "sk-not-in-the-command"}
     with pytest.raises(ConfigError, match="interpolation"):
         grpo(table5_grpo(reward=RewardConfig.model_validate({"judge": {"cache_dir": "${HOME}/j"}})))
 
 
 def test_awkward_strings_survive_hydra() -> None:
     values = ["it's", "C:\\dir\\", '{"a": "b,c"}', "/a b/c", "123", "true", "null", "a=b", "", "1e-3", "x ${y}"]
-    overrides = [f"+trainer.t{i}={verl_launch.hydra_value(v)}" for i, v in enumerate(values)]
-    overrides.append("+trainer.nested=" + verl_launch.hydra_value({"k": ["a b", 1, None], "v": {"w": "it's"}}))
-    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, overrides)
+    overrides = [f"+trainer.t{i}={hydra_value(v)}" for i, v in enumerate(values)]
+    overrides.append("+trainer.nested=" + hydra_value({"k": ["a b", 1, None], "v": {"w": "it's"}}))
+    cfg = compose(PPO_CONFIG, overrides)
     assert [cfg.trainer[f"t{i}"] for i in range(len(values))] == values
     assert cfg.trainer.nested == {"k": ["a b", 1, None], "v": {"w": "it's"}}
 
@@ -353,14 +351,14 @@ def test_awkward_strings_survive_hydra() -> None:
 def test_bad_passthrough_override_fails_in_one_line(override: str, message: str) -> None:
     overrides = grpo(table5_grpo(overrides=[override]))
     with pytest.raises(ConfigError) as err:
-        verl_launch.validate_overrides(verl_launch.PPO_CONFIG, overrides)
+        validate_overrides(PPO_CONFIG, overrides)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 
 
 def test_sft_typo_fails_against_the_sft_schema() -> None:
     with pytest.raises(ConfigError, match=r"has no key 'data\.messages_ky' \(did you mean 'data\.messages_key'\?\)"):
-        verl_launch.validate_overrides(verl_launch.SFT_CONFIG, sft(table5_sft(overrides=["data.messages_ky=m"])))
+        validate_overrides(SFT_CONFIG, sft(table5_sft(overrides=["data.messages_ky=m"])))
 
 
 # --- commands -----------------------------------------------------------------------------------------------------
@@ -368,9 +366,9 @@ def test_sft_typo_fails_against_the_sft_schema() -> None:
 
 def test_local_commands() -> None:
     overrides = grpo(table5_grpo())
-    argv = verl_launch.verl_command("grpo", overrides, EIGHT_GPUS)
-    assert argv[:3] == [sys.executable, "-m", "memrl.train.verl_main"] and argv[3:] == overrides
-    argv = verl_launch.verl_command("sft", ["model.path=m"], EIGHT_GPUS, python="python3")
+    argv = verl_command("grpo", overrides, EIGHT_GPUS)
+    assert argv[:3] == [sys.executable, "-m", "memrl.train.verl.main"] and argv[3:] == overrides
+    argv = verl_command("sft", ["model.path=m"], EIGHT_GPUS, python="python3")
     assert argv == [
         "python3",
         "-m",
@@ -383,23 +381,21 @@ def test_local_commands() -> None:
         "model.path=m",
     ]
     with pytest.raises(ConfigError, match="ray_address"):
-        verl_launch.verl_command("sft", [], ClusterConfig(nnodes=2))
+        verl_command("sft", [], ClusterConfig(nnodes=2))
     # The printed command is what a shell would run, argument for argument.
-    grpo_argv = verl_launch.verl_command("grpo", overrides, EIGHT_GPUS)
-    assert shlex.split(verl_launch.format_command(grpo_argv, multiline=False)) == grpo_argv
+    grpo_argv = verl_command("grpo", overrides, EIGHT_GPUS)
+    assert shlex.split(format_command(grpo_argv, multiline=False)) == grpo_argv
 
 
 def test_ray_job_submit_names_secrets_by_reference(tmp_path: Path) -> None:
     cluster = ClusterConfig(nnodes=2, gpus_per_node=8, ray_address="http://head:8265")
     stage = table5_grpo(cluster=cluster)
     overrides = grpo(stage)
-    environ = {"WANDB_API_KEY": "wandb-s3cret", "HF_TOKEN": "hf-s3cret", "HOME": "/root"} | verl_launch.secret_env(
-        stage
-    )
-    argv = verl_launch.verl_command("grpo", overrides, cluster, working_dir=tmp_path, environ=environ)
+    environ = {"WANDB_API_KEY": "wandb-s3cret", "HF_TOKEN": "hf-s3cret", "HOME": "/root"} | secret_env(stage)
+    argv = verl_command("grpo", overrides, cluster, working_dir=tmp_path, environ=environ)
     assert argv[:5] == ["ray", "job", "submit", "--address", "http://head:8265"]
     split = argv.index("--")
-    assert argv[split + 1 : split + 4] == ["python", "-m", "memrl.train.verl_main"]
+    assert argv[split + 1 : split + 4] == ["python", "-m", "memrl.train.verl.main"]
     runtime = json.loads(argv[argv.index("--runtime-env-json") + 1])
     assert runtime["working_dir"] == str(tmp_path)
     assert runtime["env_vars"] == {
@@ -408,8 +404,8 @@ def test_ray_job_submit_names_secrets_by_reference(tmp_path: Path) -> None:
         "WANDB_API_KEY": "${WANDB_API_KEY}",
     }
     # On a cluster the reward function is imported by module name, not by a path of this machine.
-    assert as_dict(overrides)["reward.custom_reward_function.path"] == "pkg://memrl.train.rewards.verl"
-    printed = verl_launch.format_command(argv)
+    assert as_dict(overrides)["reward.custom_reward_function.path"] == "pkg://memrl.train.verl.rewards"
+    printed = format_command(argv)
     assert "s3cret" not in printed and "sk-not-in-the-command" not in printed
     assert printed.splitlines()[1].strip().startswith("algorithm.adv_estimator=memrl_grpo")
     # A shell running the printed command fills the references from its own environment.
@@ -423,12 +419,12 @@ def test_ray_job_submit_names_secrets_by_reference(tmp_path: Path) -> None:
     assert shell[0] == "job" and shell[-1] == argv[-1]
     assert json.loads(shell[shell.index("--runtime-env-json") + 1])["env_vars"]["WANDB_API_KEY"] == "from-the-shell"
     # run_verl reads the argv back and fills the references in memory, for Ray's client.
-    job = verl_launch.RaySubmission.parse(argv, environ)
+    job = RaySubmission.parse(argv, environ)
     assert job is not None and job.address == "http://head:8265" and job.entrypoint == argv[split + 1 :]
     assert job.runtime_env["env_vars"]["HF_TOKEN"] == "hf-s3cret"
     assert job.runtime_env["working_dir"] == str(tmp_path)
-    assert verl_launch.RaySubmission.parse(verl_launch.verl_command("grpo", overrides, EIGHT_GPUS), environ) is None
-    sft_argv = verl_launch.verl_command("sft", ["model.path=m"], cluster, environ={})
+    assert RaySubmission.parse(verl_command("grpo", overrides, EIGHT_GPUS), environ) is None
+    sft_argv = verl_command("sft", ["model.path=m"], cluster, environ={})
     assert "verl.trainer.sft_trainer_ray" in sft_argv and json.loads(sft_argv[6]) == {}
 
 
@@ -445,11 +441,11 @@ def test_ray_stage_puts_no_secret_on_any_command_line(tmp_path: Path, monkeypatc
     monkeypatch.setattr(subprocess.Popen, "__init__", record)
     stage = table5_grpo(cluster=ClusterConfig(nnodes=2, gpus_per_node=8, ray_address=f"http://127.0.0.1:{free_port()}"))
     environ = {"WANDB_API_KEY": "wandb-s3cret", "HF_TOKEN": "hf-s3cret", "PATH": os.environ["PATH"]}
-    environ |= verl_launch.secret_env(stage)
-    argv = verl_launch.verl_command("grpo", grpo(stage), stage.cluster, environ=environ)
+    environ |= secret_env(stage)
+    argv = verl_command("grpo", grpo(stage), stage.cluster, environ=environ)
     log = tmp_path / "verl.log"
     with pytest.raises(MemrlError, match=r"cannot reach the Ray job server at http://127\.0\.0\.1:") as err:
-        verl_launch.run_verl(argv, log, env=environ)
+        run_verl(argv, log, env=environ)
     secrets = ("wandb-s3cret", "hf-s3cret", "sk-not-in-the-command")
     for text in [*spawned, log.read_text(), str(err.value)]:
         assert not any(secret in text for secret in secrets), text
@@ -460,11 +456,11 @@ def test_run_verl_streams_to_the_log_and_raises_with_the_tail(tmp_path: Path) ->
     log = tmp_path / "verl.log"
     check = "import os; print('key ok:', os.environ['WANDB_API_KEY'] == 'v')"
     argv = [sys.executable, "-c", check]
-    assert verl_launch.run_verl(argv, log, env={"WANDB_API_KEY": "v", "PATH": os.environ["PATH"]}) == 0
+    assert run_verl(argv, log, env={"WANDB_API_KEY": "v", "PATH": os.environ["PATH"]}) == 0
     assert "key ok: True" in log.read_text()
     failing = [sys.executable, "-c", "import sys\nfor i in range(30): print('line', i)\nsys.exit(3)"]
     with pytest.raises(MemrlError) as err:
-        verl_launch.run_verl(failing, log)
+        run_verl(failing, log)
     message = str(err.value)
     assert message.splitlines()[0].startswith("verl exited with code 3")
     assert "line 29" in message and "line 5" not in message
@@ -645,13 +641,13 @@ def test_judge_concurrency_is_divided_over_the_reward_workers(bound: int, worker
     recipe["judge"]["model"]["max_concurrency"] = bound
     got = as_dict(grpo(table5_grpo(reward=RewardConfig.model_validate(recipe))))
     assert got["reward.num_workers"] == str(workers)
-    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, grpo(table5_grpo(reward=RewardConfig.model_validate(recipe))))
+    cfg = compose(PPO_CONFIG, grpo(table5_grpo(reward=RewardConfig.model_validate(recipe))))
     judge = cfg.reward.custom_reward_function.reward_kwargs.judge
     assert cfg.reward.num_workers == workers and judge.model.max_concurrency == each
     assert workers * each <= bound  # what the judge's server sees at most
     # A stage that names its own worker count keeps it, and the bound is divided over that many.
     stage = table5_grpo(reward=RewardConfig.model_validate(recipe), overrides=["reward.num_workers=2"])
-    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, grpo(stage))
+    cfg = compose(PPO_CONFIG, grpo(stage))
     assert cfg.reward.num_workers == 2
     assert cfg.reward.custom_reward_function.reward_kwargs.judge.model.max_concurrency == bound // 2
 
@@ -659,7 +655,7 @@ def test_judge_concurrency_is_divided_over_the_reward_workers(bound: int, worker
 def test_user_concurrency_is_divided_over_the_agent_loop_workers(tmp_path: Path) -> None:
     """Issue 25.10: every agent-loop worker built its own LLM user client with the recipe's whole bound."""
     from memrl.app.recipe import load_recipe
-    from memrl.train.online.verl_overrides import loop_settings
+    from memrl.train.verl.collab_overrides import loop_settings
 
     bound = ["stages.collab.env.user_model.max_concurrency=24"]
     argv = _stage_command("collaborator-qwen2.5-7b", "collab", bound, tmp_path).argv

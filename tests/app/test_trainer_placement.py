@@ -16,7 +16,7 @@ from memrl.app.preflight import preflight
 from memrl.app.recipe import load_recipe
 from memrl.app.stages.runner import plan_lines
 from memrl.train import distributed
-from memrl.train.backends import llamafactory as lf
+from memrl.train.llamafactory import backend as lf
 
 EIGHT = [str(i) for i in range(8)]
 # The 70B server on GPUs 4-7 of the node, as the 7B recipes' headers describe it.
@@ -47,7 +47,7 @@ def test_llamafactory_runs_torchrun_on_the_trainers_gpus_only(tmp_path: Path) ->
     GPUs. Now 4 processes on GPUs 0-3, the global batch split over those 4, and the dry run says so."""
     sft = "stages.sft.trainer=llamafactory"
     stage = load_recipe("reflector-qwen2.5-7b", [sft, f"stages.sft.{SERVER_ON_4_TO_7}"]).recipe.stages["sft"]
-    env = lf.launch_env(stage, cpu=False)
+    env = lf.cli_env(stage, cpu=False)
     assert env["NPROC_PER_NODE"] == "4" and env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
     args = lf.sft_yaml(stage, model_path="m", dataset_dir=Path("/d"), out_dir=Path("/o"), cpu=False)
     assert args["gradient_accumulation_steps"] == 64 // (1 * 4)
@@ -59,7 +59,7 @@ def test_llamafactory_runs_torchrun_on_the_trainers_gpus_only(tmp_path: Path) ->
     assert "trainer processes: 4 on this node, one per GPU, each started with CUDA_VISIBLE_DEVICES=0,1,2,3" in text
 
 
-def test_trl_launches_one_process_per_trainer_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trl_spawns_one_process_per_trainer_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Item 2: with 8 visible GPUs a TRL stage ran 8 accelerate processes, four on the judge's GPUs."""
     monkeypatch.setattr(distributed, "visible_gpus", lambda: EIGHT)
     text = _dry_run(tmp_path, "reflector-qwen2.5-7b", "grpo", "stages.grpo.trainer=trl")
@@ -67,7 +67,7 @@ def test_trl_launches_one_process_per_trainer_gpu(tmp_path: Path, monkeypatch: p
     assert "under accelerate launch, 4 processes per node" in text
     assert "policy (TRL, one process per GPU): Qwen/Qwen2.5-7B-Instruct on GPUs 0,1,2,3" in text
     # The node's GPUs named otherwise (a Ray worker's view, say): the plan's indexes pick among them.
-    named = distributed.trl_launch("m", Path("r"), "grpo", load_recipe("reflector-qwen2.5-7b").recipe.stages[
+    named = distributed.trl_spawn("m", Path("r"), "grpo", load_recipe("reflector-qwen2.5-7b").recipe.stages[
         "grpo"].cluster, ["a", "b", "c", "d", "e", "f", "g", "h"], trainer_gpus=(0, 1, 2, 3))  # fmt: skip
     assert named is not None and named.env["CUDA_VISIBLE_DEVICES"] == "a,b,c,d"
     # On CPU the stage trains in-process and the dry run still shows the plan for the GPU node.

@@ -41,7 +41,7 @@ def _recipe_overrides(tiny: str, tmp: Path) -> tuple[list[str], list[str]]:
     model path pointed at a local tiny model (verl's configs load the model's config and tokenizer)."""
     from memrl.app.recipe import load_recipe
     from memrl.train.config import GRPOStage, SFTStage
-    from memrl.train.verl_overrides import grpo_overrides, sft_overrides
+    from memrl.train.verl.overrides import grpo_overrides, sft_overrides
 
     stages = load_recipe("reflector-qwen2.5-7b").recipe.stages
     grpo, sft = stages["grpo"], stages["sft"]
@@ -55,7 +55,7 @@ def configs(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     """verl's own model configs (HFModelConfig) of each model a reflector-qwen2.5-7b job loads with FSDP."""
     from verl.utils.config import omega_conf_to_dataclass
 
-    from memrl.train.verl_validate import PPO_CONFIG, SFT_CONFIG, compose, validate_overrides
+    from memrl.train.verl.validate import PPO_CONFIG, SFT_CONFIG, compose, validate_overrides
 
     grpo, sft = _recipe_overrides(tiny_qwen2, tmp_path_factory.mktemp("rehearsal"))
     validate_overrides(PPO_CONFIG, grpo)  # what the dry run checks
@@ -104,7 +104,7 @@ def test_verls_model_patch_runs_beside_the_pinned_trl(configs: dict[str, Any]) -
     from verl.models.transformers.monkey_patch import apply_monkey_patch
     from verl.utils.import_utils import import_external_libs
 
-    from memrl.train.verl_overrides import COMPAT_MODULE, MODULES_ENV, verl_modules
+    from memrl.train.verl.overrides import COMPAT_MODULE, MODULES_ENV, verl_modules
 
     grpo_modules = configs["ppo_cfg"].ray_kwargs.ray_init.runtime_env.env_vars[MODULES_ENV].split(",")
     sft_modules = verl_modules()[MODULES_ENV].split(",")

@@ -110,7 +110,7 @@ def test_trl_processes_share_the_judge_bound(
     """Issue 41, item 7: under `accelerate launch` each of 8 processes scores its own batches; the judge saw
     8 x 64 = 512 requests against the recipe's bound of 64. Each process now keeps 64 / 8 in flight."""
     from memrl.core.errors import ConfigError
-    from memrl.train.rewards.trl import grpo_rewards
+    from memrl.train.trl.rewards import grpo_rewards
 
     recipe = load_recipe(
         "reflector-qwen2.5-7b",

@@ -1,4 +1,5 @@
-"""Trainer backends (memrl.train.backends): what a `StageRun` carries reaches the trainer, with no run context."""
+"""Trainer backends (`backend` of memrl.train.trl, .verl, .llamafactory): what a `StageRun` carries reaches the
+trainer, with no run context."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from memrl.train.backends import StageRun, verl
 from memrl.train.config import ClusterConfig, SFTStage
+from memrl.train.stage_run import StageRun
+from memrl.train.verl import backend as verl
 
 
 def _where(tmp_path: Path, *, wandb: bool, planned: frozenset[str] = frozenset()) -> StageRun:

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from memrl.train.config import GRPOStage, JudgerStage, SFTStage
-from memrl.train.trl_common import TrainContext
+from memrl.train.hf_trainer import TrainContext
 
 LR = 1e-6  # the 7B recipes' SFT and GRPO learning rate
 
@@ -54,7 +54,7 @@ def _sft_data(root: Path) -> Path:
 
 
 def test_one_full_parameter_sft_step_at_lr_1e6_moves_the_weights(bf16_model: Path, tmp_path: Path) -> None:
-    from memrl.train.trl_sft import train_sft
+    from memrl.train.trl.sft import train_sft
 
     stage = SFTStage(kind="sft", model="policy", data="d", lora=None, lr=LR, max_steps=1, batch_size=2,
                      micro_batch_size=2, max_length=64)  # fmt: skip
@@ -65,7 +65,7 @@ def test_one_full_parameter_sft_step_at_lr_1e6_moves_the_weights(bf16_model: Pat
 
 
 def test_the_full_parameter_grpo_policy_trains_float32_master_weights(bf16_model: Path) -> None:
-    from memrl.train.trl_grpo import policy_model
+    from memrl.train.trl.grpo import policy_model
 
     stage = GRPOStage(kind="grpo", model="policy", data="d", lora=None)
     model, lora, _ = policy_model(stage, str(bf16_model))

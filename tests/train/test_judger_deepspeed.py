@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from memrl.core.errors import ConfigError
-from memrl.train.judger.launch import deepspeed_config
+from memrl.train.judger.deepspeed_zero import deepspeed_config
 
 
 @pytest.mark.parametrize("ref", ["zero2", "zero3"])

@@ -17,9 +17,9 @@ import pytest
 from memrl.envs.tod.ranking import auc
 from memrl.rollout.judger import JudgerInput, load_judger
 from memrl.train.config import JudgerStage, LoraConfig
+from memrl.train.hf_trainer import TrainContext
 from memrl.train.judger.data import read_pairs
 from memrl.train.judger.trainer import ALPHA_GRID
-from memrl.train.trl_common import TrainContext
 
 RESTAURANTS = ["Sakura Garden", "Blue Fin", "La Piazza", "Golden Wok", "The Oak Room", "Casa Verde", "Red Lantern",
                "Harbor Grill", "Little Saigon", "Olive Tree", "Spice Route", "Maple House", "Copper Pot"]  # fmt: skip

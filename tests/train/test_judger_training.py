@@ -16,9 +16,9 @@ from memrl.envs.tod.ranking import ALPHA_RULE, RankedQuery, alpha_within_noise, 
 from memrl.envs.tod.retrieval import BM25Retriever, Candidate, resolve_alpha, retrieve
 from memrl.rollout.judger.scorer import JUDGER_FILE, JudgerInfo
 from memrl.train.config import JudgerStage
+from memrl.train.hf_trainer import TrainContext
 from memrl.train.judger.data import by_query, read_pairs, retrieved_keys, select_pairs, split_dev
 from memrl.train.judger.trainer import ALPHA_GRID, training_split
-from memrl.train.trl_common import TrainContext
 
 
 def rows_of(personas: range, *, no_positive: set[int] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]

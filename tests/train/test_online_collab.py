@@ -29,8 +29,8 @@ from memrl.train.online.chat_tokens import TurnTokens
 from memrl.train.online.config import CollabRLConfig
 from memrl.train.online.episodes import episode_rows
 from memrl.train.online.rollout import Player
-from memrl.train.online.trl_rollout import EpisodeRollout
-from memrl.train.rewards.trl import episode_funcs
+from memrl.train.trl.collab_rollout import EpisodeRollout
+from memrl.train.trl.rewards import episode_funcs
 
 MAX_TURNS = 3
 REPLY_TOKENS = 12
@@ -303,10 +303,10 @@ def test_dr_grpo_normaliser_is_the_same_on_trl_and_verl(tiny_qwen2: str, tmp_pat
     from trl import GRPOConfig, GRPOTrainer
 
     from memrl.app.recipe import load_recipe
+    from memrl.train.hf_trainer import TrainContext
     from memrl.train.online.config import CollabGRPOStage
-    from memrl.train.online.trl_collab import collab_args
-    from memrl.train.online.verl_overrides import collab_overrides
-    from memrl.train.trl_common import TrainContext
+    from memrl.train.trl.collab import collab_args
+    from memrl.train.verl.collab_overrides import collab_overrides
 
     stage = load_recipe("collaborator-quickstart").recipe.stages["collab"]
     assert isinstance(stage, CollabGRPOStage) and stage.loss == "dr_grpo"

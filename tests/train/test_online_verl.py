@@ -16,7 +16,7 @@ from memrl.rewards.collab_episode import PARTS, EpisodeRewardWeights
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.train.online.config import CollabGRPOStage, CollabRLConfig
 from memrl.train.online.episodes import episode_rows
-from memrl.train.online.verl_data import AGENT_NAME, USER_KEY_ENV, LoopSettings, agent_rows, write_rows
+from memrl.train.verl.collab_data import AGENT_NAME, USER_KEY_ENV, LoopSettings, agent_rows, write_rows
 
 pytest.importorskip("verl")
 
@@ -87,9 +87,9 @@ def rollout(model: str, out: Path, collab: CollabGRPOStage) -> tuple[Any, HFServ
     from verl.protocol import DataProto
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-    import memrl.train.online.verl_agent_loop  # noqa: F401  registers the loop, as VERL_USE_EXTERNAL_MODULES does
-    from memrl.train.online.verl_overrides import collab_overrides
-    from memrl.train.verl_validate import PPO_CONFIG, compose
+    import memrl.train.verl.agent_loop  # noqa: F401  registers the loop, as VERL_USE_EXTERNAL_MODULES does
+    from memrl.train.verl.collab_overrides import collab_overrides
+    from memrl.train.verl.validate import PPO_CONFIG, compose
 
     cfg = compose(PPO_CONFIG, collab_overrides(collab, model_path=model, out_dir=out, experiment="test"))
     settings = LoopSettings(env=collab.env, reward=collab.reward, max_turn_tokens=collab.max_turn_tokens)
@@ -169,7 +169,7 @@ def test_the_parts_per_step_read_back_from_verls_rollout_dump(
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import extract_reward
 
-    from memrl.train.online.verl_rollouts import rollout_history
+    from memrl.train.verl.collab_rollouts import rollout_history
 
     output, _, _ = played
     scores, info = extract_reward(output)
@@ -189,8 +189,8 @@ def test_an_episode_over_its_budget_scores_nan_and_is_left_out(tiny_qwen2: str, 
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
     from verl.trainer.ppo.reward import extract_reward
 
-    import memrl.train.rewards.advantage  # noqa: F401  registers memrl_grpo
-    from memrl.train.rewards.verl import ADV_ESTIMATOR
+    import memrl.train.verl.advantage  # noqa: F401  registers memrl_grpo
+    from memrl.train.verl.rewards import ADV_ESTIMATOR
 
     # room for one reply and the user's answer, not for a second reply
     output, _, _ = rollout(tiny_qwen2, tmp_path, stage(max_episode_tokens=2 * REPLY_TOKENS + 8))
@@ -239,8 +239,8 @@ def test_the_7b_recipe_dry_run_prints_the_checked_command(
     out, err = capfd.readouterr()
     assert code == 0, err[-2000:]
     text = out + err
-    assert "-m memrl.train.verl_main" in text and "actor_rollout_ref.rollout.mode=async" in text
-    assert "memrl.train.rewards.advantage,memrl.train.online.verl_agent_loop" in text
+    assert "-m memrl.train.verl.main" in text and "actor_rollout_ref.rollout.mode=async" in text
+    assert "memrl.train.verl.advantage,memrl.train.verl.agent_loop" in text
     assert f"data.train_files={run}/collab/data/train.parquet" in text
     assert "trainer.n_gpus_per_node=4" in text  # the user model keeps GPUs 4-7 (placement)
     assert "actor_rollout_ref.rollout.name=vllm" in text
@@ -250,8 +250,8 @@ def test_the_7b_recipe_dry_run_prints_the_checked_command(
 
 def test_the_7b_recipe_composes_against_verl() -> None:
     from memrl.app.recipe import load_recipe
-    from memrl.train.online.verl_overrides import collab_overrides
-    from memrl.train.verl_validate import PPO_CONFIG, compose, validate_overrides
+    from memrl.train.verl.collab_overrides import collab_overrides
+    from memrl.train.verl.validate import PPO_CONFIG, compose, validate_overrides
 
     collab = load_recipe("collaborator-qwen2.5-7b").recipe.stages["collab"]
     assert isinstance(collab, CollabGRPOStage) and collab.trainer == "verl"
@@ -262,9 +262,9 @@ def test_the_7b_recipe_composes_against_verl() -> None:
     assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.trainer.n_gpus_per_node == 4  # the user keeps GPUs 4-7
     modules = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES
     assert modules.split(",") == [
-        "memrl.train.verl_compat",
-        "memrl.train.rewards.advantage",
-        "memrl.train.online.verl_agent_loop",
+        "memrl.train.verl.compat",
+        "memrl.train.verl.advantage",
+        "memrl.train.verl.agent_loop",
     ]
 
 
@@ -309,12 +309,13 @@ def test_a_v1_step_computes_its_metrics_and_dumps_the_reward_parts(tiny_qwen2: s
     from verl.utils import tensordict_utils as tu
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-    import memrl.train.online.verl_agent_loop
-    import memrl.train.rewards.advantage  # noqa: F401
+    # what VERL_USE_EXTERNAL_MODULES registers (run alone, no earlier test has imported them)
+    import memrl.train.verl.advantage  # memrl_grpo
+    import memrl.train.verl.agent_loop  # noqa: F401  the loop
     from memrl.envs.ray_start import local_ray as loopback_ray
-    from memrl.train.online.verl_overrides import collab_overrides
-    from memrl.train.online.verl_rollouts import rollout_history
-    from memrl.train.verl_validate import PPO_CONFIG, compose
+    from memrl.train.verl.collab_overrides import collab_overrides
+    from memrl.train.verl.collab_rollouts import rollout_history
+    from memrl.train.verl.validate import PPO_CONFIG, compose
 
     collab = stage()
     cfg = compose(PPO_CONFIG, collab_overrides(collab, model_path=tiny_qwen2, out_dir=tmp_path, experiment="t"))

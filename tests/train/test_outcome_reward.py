@@ -31,7 +31,7 @@ from memrl.rollout.base import Message
 from memrl.train.report import write_report
 from memrl.train.rewards.next_session import NextSessionScorer
 from memrl.train.rewards.next_session_eval import outcome_report, spearman
-from memrl.train.rewards.trl import FAILED_METRIC, grpo_rewards, next_session_func
+from memrl.train.trl.rewards import FAILED_METRIC, grpo_rewards, next_session_func
 
 PROFILES = sample_profiles(16, seed=7)
 ROWS = [NextSessionRow(f"{p.id}/s0", p.id, p.preferences, "arith", "none", 0) for p in PROFILES]
@@ -207,7 +207,7 @@ def test_agreement_with_the_judge_goes_into_the_report(tmp_path: Path, reflectio
 
 
 def test_verl_adapter_returns_score_and_parts(tmp_path: Path, reflection_rows: ReflectionRows, tiny_qwen2: str) -> None:
-    from memrl.train.rewards.verl import compute_score, compute_score_async
+    from memrl.train.verl.rewards import compute_score, compute_score_async
 
     data = reflection_rows(ROWS[:2])
     outcome = NextSessionRewardConfig(
@@ -233,26 +233,27 @@ def test_a_verl_stage_scores_with_the_outcome_reward_its_overrides_name(
 ) -> None:
     """verl's own config, composed from the stage's overrides, names the outcome adapter; the reward kwargs it holds
     (API keys left out, the stage's data folder filled in) score a verl row, keys back from the job's environment."""
-    from memrl.train import verl_launch
     from memrl.train.config import GRPOStage
-    from memrl.train.verl_command import secret_env
+    from memrl.train.verl.command import secret_env
+    from memrl.train.verl.overrides import grpo_overrides
+    from memrl.train.verl.validate import PPO_CONFIG, compose, validate_overrides
 
     data = reflection_rows(ROWS[:2])
     agent = {"backend": "openai", "model": "m", "endpoint": "http://127.0.0.1:9/v1", "api_key": "sk-outcome-secret"}
     outcome = NextSessionRewardConfig(weight=0.5, agent=agent, sampling={"max_tokens": 8})
     stage = GRPOStage(kind="grpo", trainer="verl", model="policy", data="data", reward=RewardConfig(outcome=outcome))
-    overrides = verl_launch.grpo_overrides(stage, model_path="m", data_dir=data, out_dir=tmp_path / "o", experiment="x")
+    overrides = grpo_overrides(stage, model_path="m", data_dir=data, out_dir=tmp_path / "o", experiment="x")
     assert "sk-outcome-secret" not in " ".join(overrides)
     assert secret_env(stage) == {"MEMRL_OUTCOME_AGENT_API_KEY": "sk-outcome-secret"}
-    verl_launch.validate_overrides(verl_launch.PPO_CONFIG, overrides)  # verl's own config accepts them
-    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, overrides)
+    validate_overrides(PPO_CONFIG, overrides)  # verl's own config accepts them
+    cfg = compose(PPO_CONFIG, overrides)
     function = cfg.reward.custom_reward_function
-    assert function.path == "pkg://memrl.train.rewards.verl" and function.name == "compute_score_async"
+    assert function.path == "pkg://memrl.train.verl.rewards" and function.name == "compute_score_async"
     kwargs = dict(function.reward_kwargs)
     assert kwargs["outcome"]["data"] == str(data) and kwargs["outcome"]["agent"]["api_key"] is None
 
     # What verl calls, on a verl row of the reflection data; the agent swapped for a local tiny model.
-    from memrl.train.rewards.verl import compute_score, reward_config
+    from memrl.train.verl.rewards import compute_score, reward_config
 
     kwargs["outcome"] = dict(kwargs["outcome"]) | {"agent": {"backend": "hf", "model": tiny_qwen2}}
     assert reward_config(kwargs).outcome is not None

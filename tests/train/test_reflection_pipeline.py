@@ -139,7 +139,7 @@ def test_table5_recipes_resolve_and_dry_run_prints_verl_commands(
     result = memrl_cli("run", recipe, "--dry-run", f"output_dir={tmp_path / 'run'}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout + result.stderr
-    assert "verl.trainer.sft_trainer" in out and "memrl.train.verl_main" in out
+    assert "verl.trainer.sft_trainer" in out and "memrl.train.verl.main" in out
     for override in (
         "algorithm.adv_estimator=memrl_grpo",
         "actor_rollout_ref.rollout.n=8",
@@ -173,8 +173,8 @@ def test_full_fine_tuning_saves_a_whole_model(smoke_run: Path, tmp_path: Path) -
     from memrl.core.checkpoints import is_adapter, read_info
     from memrl.core.errors import ConfigError
     from memrl.train.config import SFTStage
-    from memrl.train.trl_common import TrainContext
-    from memrl.train.trl_sft import train_sft
+    from memrl.train.hf_trainer import TrainContext
+    from memrl.train.trl.sft import train_sft
 
     stage = SFTStage(kind="sft", model="policy", data="data", lora=None, lr=1e-4, max_steps=1, batch_size=2,
                      micro_batch_size=2, max_length=4096)  # fmt: skip

@@ -14,7 +14,7 @@ from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import GroundTruth
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.serve import free_port
-from memrl.train.rewards.trl import reward_funcs, reward_weights
+from memrl.train.trl.rewards import reward_funcs, reward_weights
 
 TRUTH = GroundTruth(("Put that in bullet points.", "End with a one-line TL;DR.")).to_json()
 GOOD = json.dumps(

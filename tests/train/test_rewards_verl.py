@@ -19,7 +19,7 @@ from memrl.core.errors import ConfigError
 from memrl.rewards.config import JudgeConfig, RewardConfig
 from memrl.rewards.types import GroundTruth
 from memrl.rollout.serve import free_port
-from memrl.train.rewards.verl import compute_score, get_scorer, reward_config
+from memrl.train.verl.rewards import compute_score, get_scorer, reward_config
 
 verl = pytest.importorskip("verl")
 
@@ -82,7 +82,7 @@ def score_through_verl(tokenizer: Any, name: str, reward_kwargs: dict[str, Any],
         {
             "reward": {
                 "custom_reward_function": {
-                    "path": "pkg://memrl.train.rewards.verl",
+                    "path": "pkg://memrl.train.verl.rewards",
                     "name": name,
                     "reward_kwargs": reward_kwargs,
                 },

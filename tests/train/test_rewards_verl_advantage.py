@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from memrl.rewards.types import RewardParts
-from memrl.train.rewards.verl import ADV_ESTIMATOR, ADV_MODULE, to_verl
+from memrl.train.verl.rewards import ADV_ESTIMATOR, ADV_MODULE, to_verl
 
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
-import memrl.train.rewards.advantage  # noqa: E402,F401  registers the estimator, as VERL_USE_EXTERNAL_MODULES does
+import memrl.train.verl.advantage  # noqa: E402,F401  registers the estimator, as VERL_USE_EXTERNAL_MODULES does
 
 NAN = math.nan
 # Two groups of four rollouts (uid a, uid b); the second sample of group a had no judge verdict.

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from memrl.train.config import GRPOStage, PolicyOptimStage
+from memrl.train.hf_trainer import TrainContext
 from memrl.train.online.config import CollabGRPOStage
-from memrl.train.online.trl_collab import collab_args
-from memrl.train.online.verl_overrides import collab_overrides
-from memrl.train.trl_common import TrainContext
-from memrl.train.trl_grpo import grpo_args
-from memrl.train.verl_overrides import grpo_overrides
+from memrl.train.trl.collab import collab_args
+from memrl.train.trl.grpo import grpo_args
+from memrl.train.verl.collab_overrides import collab_overrides
+from memrl.train.verl.overrides import grpo_overrides
 
 # The same policy-optimisation knobs in both kinds, none of them a default; the response budget is the same too.
 SHARED = {

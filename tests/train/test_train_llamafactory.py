@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from memrl.core.errors import ConfigError, MemrlError
-from memrl.train.backends import llamafactory as lf
 from memrl.train.config import ClusterConfig, LoggingTarget, LoraConfig, SFTStage
+from memrl.train.llamafactory import backend as lf
 
 # Argument names LLaMA-Factory 0.9.5 accepts, read from its source (llamafactory/hparams/model_args.py,
 # data_args.py, finetuning_args.py, training_args.py) and the HF Seq2SeqTrainingArguments it extends. Its own
@@ -129,14 +129,14 @@ def test_write_yaml_puts_zero2_next_to_it(tmp_path: Path) -> None:
     assert not (tmp_path / "cpu" / lf.DEEPSPEED_FILE).exists()
 
 
-def test_launch_env() -> None:
-    assert lf.launch_env(stage(), cpu=True) == {"CUDA_VISIBLE_DEVICES": ""}
-    assert lf.launch_env(stage(cluster=ClusterConfig(nnodes=2, gpus_per_node=8)), cpu=False) == {
+def test_cli_env() -> None:
+    assert lf.cli_env(stage(), cpu=True) == {"CUDA_VISIBLE_DEVICES": ""}
+    assert lf.cli_env(stage(cluster=ClusterConfig(nnodes=2, gpus_per_node=8)), cpu=False) == {
         "NPROC_PER_NODE": "8",
         "NNODES": "2",
         "FORCE_TORCHRUN": "1",
     }
-    assert "FORCE_TORCHRUN" not in lf.launch_env(stage(cluster=ClusterConfig(gpus_per_node=1)), cpu=False)
+    assert "FORCE_TORCHRUN" not in lf.cli_env(stage(cluster=ClusterConfig(gpus_per_node=1)), cpu=False)
 
 
 def test_template_by_model_family(tmp_path: Path) -> None:
@@ -225,8 +225,8 @@ def two_steps() -> SFTStage:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path, llamafactory_env: Path) -> None:
-    from memrl.train.llamafactory_env import cli_path
+def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path, llamafactory_venv: Path) -> None:
+    from memrl.train.llamafactory.venv import cli_path
 
     sft = two_steps()
     write_dataset(tmp_path / "data")
@@ -239,7 +239,7 @@ def test_real_lora_sft_two_steps(tiny_qwen2: str, tmp_path: Path, llamafactory_e
     wandb_env = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
     started = time.monotonic()
     lf.run_llamafactory(
-        path, cli_path(llamafactory_env), tmp_path / "lf.log", env=lf.launch_env(sft, cpu=True) | wandb_env
+        path, cli_path(llamafactory_venv), tmp_path / "lf.log", env=lf.cli_env(sft, cpu=True) | wandb_env
     )
     print(f"LLaMA-Factory 2-step LoRA SFT on CPU: {time.monotonic() - started:.1f}s")
     out = tmp_path / "out"
@@ -283,16 +283,16 @@ def test_save_final_keeps_the_model_not_the_checkpoints(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_backend_runs_a_stage_into_final(
-    tiny_qwen2: str, tmp_path: Path, llamafactory_env: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_qwen2: str, tmp_path: Path, llamafactory_venv: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`run` from a StageRun: the YAML it describes, LLaMA-Factory in its own environment, then `final/`."""
     from rich.console import Console
 
     from memrl.core.checkpoints import read_info
-    from memrl.train import llamafactory_env as lfe
-    from memrl.train.backends import StageRun
+    from memrl.train.llamafactory import venv as lfe
+    from memrl.train.stage_run import StageRun
 
-    monkeypatch.setattr(lfe, "default_env_dir", lambda: llamafactory_env)  # the environment this machine has
+    monkeypatch.setattr(lfe, "default_env_dir", lambda: llamafactory_venv)  # the environment this machine has
     sft = two_steps()
     write_dataset(tmp_path / "data")
     where = StageRun(tmp_path / "run" / "sft", "sft", "lf", "memrl", False, 3, frozenset(), Console(stderr=True))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from support import MemrlCLI
 
-from memrl.train import verl_metrics
 from memrl.train.curves import Chart, loss_chart, recall_chart, roc_pr_chart, verl_chart
+from memrl.train.verl import metrics as verl_metrics
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -147,10 +147,10 @@ def test_judger_training_and_evaluation_write_loss_roc_pr_and_recall_charts(tmp_
     from memrl.data_gen.config import JudgerDataConfig
     from memrl.data_gen.judger import build_judger_dataset
     from memrl.train.config import JudgerStage
+    from memrl.train.hf_trainer import TrainContext
     from memrl.train.judger.data import pairs_file
     from memrl.train.judger.evaluate import evaluate_judger
     from memrl.train.judger.trainer import train_judger
-    from memrl.train.trl_common import TrainContext
 
     data = tmp_path / "data"
     build_judger_dataset(

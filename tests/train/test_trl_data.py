@@ -7,8 +7,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from memrl.train.trl_common import prompt_tokens
-from memrl.train.trl_grpo import load_rl_split
+from memrl.train.trl.common import prompt_tokens
+from memrl.train.trl.grpo import load_rl_split
 
 
 def _write_rl(data_dir: Path, prompts: list[str]) -> None:

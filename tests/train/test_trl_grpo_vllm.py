@@ -10,7 +10,7 @@ from trl import GRPOConfig
 
 from memrl.core.errors import ConfigError
 from memrl.train.config import GRPOStage
-from memrl.train.trl_grpo import require_vllm, vllm_args
+from memrl.train.trl.grpo import require_vllm, vllm_args
 
 
 def stage(**kwargs: object) -> GRPOStage:

@@ -11,7 +11,7 @@ pytest.importorskip("trl")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from memrl.train.trl_sampling import sampling_policy  # noqa: E402
+from memrl.train.trl.sampling import sampling_policy  # noqa: E402
 
 
 def _adapted(path: str) -> object:

@@ -15,7 +15,7 @@ from memrl.rewards.config import JudgeConfig, RewardConfig, UnscoredStop
 from memrl.rewards.unscored import UNSCORED_ENV, UnscoredWatch, unscored_env
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.serve import free_port
-from memrl.train.rewards.trl import reward_funcs
+from memrl.train.trl.rewards import reward_funcs
 
 SOURCE = "judge at http://judge.example/v1 (model m)"
 
@@ -47,8 +47,8 @@ def test_the_watch_travels_through_the_environment() -> None:
 
 def test_verl_estimator_stops_a_run_whose_judge_is_dead(monkeypatch: pytest.MonkeyPatch) -> None:
     core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
-    import memrl.train.rewards.advantage as adv
-    from memrl.train.rewards.verl import ADV_ESTIMATOR
+    import memrl.train.verl.advantage as adv
+    from memrl.train.verl.rewards import ADV_ESTIMATOR
 
     monkeypatch.setenv(UNSCORED_ENV, unscored_env(UnscoredStop(steps=3), [SOURCE])[UNSCORED_ENV])
     adv.reset_watch()

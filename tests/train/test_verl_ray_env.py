@@ -1,4 +1,4 @@
-"""Issue 25.6 / 25.12d: what verl's Ray workers see. `memrl.train.verl_main` starts Ray with one runtime_env: the
+"""Issue 25.6 / 25.12d: what verl's Ray workers see. `memrl.train.verl.main` starts Ray with one runtime_env: the
 Ray job's variables, those forwarded from its own environment (wandb's, Hugging Face's, the API keys memrl hands
 over by variable, MEMRL_UNSCORED), verl's defaults and the config's; none of it in verl's config, which verl prints.
 A real cluster joined the way `memrl launch` joins it is in test_cluster.py (its two-node cluster)."""
@@ -12,9 +12,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from memrl.rewards.config import RewardConfig
-from memrl.train import verl_launch
 from memrl.train.config import ClusterConfig, GRPOStage
-from memrl.train.verl_main import RAY_JOB_CONFIG_ENV, forwarded_env, ray_init_kwargs
+from memrl.train.verl.main import RAY_JOB_CONFIG_ENV, forwarded_env, ray_init_kwargs
+from memrl.train.verl.overrides import grpo_overrides
+from memrl.train.verl.validate import PPO_CONFIG, compose
 
 SECRET = "sk-judge-7c1e"
 ENVIRON = {
@@ -63,10 +64,10 @@ def test_runtime_env_composes_job_forwarded_verl_and_config(monkeypatch: pytest.
         cluster=ClusterConfig(nnodes=1, gpus_per_node=8),
         reward=RewardConfig.model_validate({"judge": JUDGE}),
     )
-    overrides = verl_launch.grpo_overrides(
+    overrides = grpo_overrides(
         stage, model_path="m", data_dir=Path("/data"), out_dir=Path("/runs/r/grpo"), experiment="e", logger="wandb"
     )
-    cfg = verl_launch.compose(verl_launch.PPO_CONFIG, [*overrides, "+ray_kwargs.ray_init.address=auto"])
+    cfg = compose(PPO_CONFIG, [*overrides, "+ray_kwargs.ray_init.address=auto"])
     kwargs = ray_init_kwargs(cfg, environ)
     assert kwargs["address"] == "auto"
     env = kwargs["runtime_env"]["env_vars"]
@@ -75,7 +76,7 @@ def test_runtime_env_composes_job_forwarded_verl_and_config(monkeypatch: pytest.
     assert env["MEMRL_UNSCORED"] == ENVIRON["MEMRL_UNSCORED"]
     assert env["VLLM_LOGGING_LEVEL"] == "WARN"  # verl's default
     assert env["WANDB_DIR"] == "/runs/r/grpo"  # the config's (the stage folder) over the job's and this process's
-    assert env["VERL_USE_EXTERNAL_MODULES"] == "memrl.train.verl_compat,memrl.train.rewards.advantage"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == "memrl.train.verl.compat,memrl.train.verl.advantage"
     assert "PATH" not in env and "OPENAI_API_KEY" not in env
     assert "working_dir" not in kwargs["runtime_env"]  # inside a job, the job's working dir stays
     assert SECRET not in OmegaConf.to_yaml(cfg)  # verl prints its config: never the key

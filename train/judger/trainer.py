@@ -24,6 +24,7 @@ from memrl.rollout.judger.heads import Head, build_head
 from memrl.rollout.judger.scorer import JudgerInfo
 from memrl.train.config import JudgerStage
 from memrl.train.curves import LOSS_CURVE, loss_chart
+from memrl.train.hf_trainer import TrainContext, apply_overrides, base_args, master_dtype, resume_point
 from memrl.train.judger.bce import auto_pos_weight, judger_bce
 from memrl.train.judger.data import (
     PAIRS_FILE,
@@ -36,8 +37,7 @@ from memrl.train.judger.data import (
     select_pairs,
     split_dev,
 )
-from memrl.train.judger.launch import deepspeed_config
-from memrl.train.trl_common import TrainContext, apply_overrides, base_args, master_dtype, resume_point
+from memrl.train.judger.deepspeed_zero import deepspeed_config
 
 
 def _trainer_class() -> type:

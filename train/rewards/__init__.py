@@ -1,5 +1,5 @@
-"""Rewards in training: every trainer adapter (TRL reward functions, verl's compute_score and advantage estimator)
-and the rewards that play an environment (the next-session outcome, on Ray actors or in process).
+"""Rewards that play an environment in training: the next-session outcome, on Ray actors or in process, and its
+held-out evaluation. Each trainer's adapter is in its package (memrl.train.trl.rewards, memrl.train.verl.rewards).
 
 Pure reward functions and the registry of rewards are in memrl.rewards; `memrl reward list` shows them.
 """

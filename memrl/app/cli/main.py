@@ -286,7 +286,7 @@ def env_llamafactory(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the steps, change nothing")] = False,
 ) -> None:
     """Create LLaMA-Factory's own environment (its pins clash with TRL 1.x); prints its llamafactory-cli."""
-    from memrl.train.llamafactory_env import default_env_dir, ensure_env, plan
+    from memrl.train.llamafactory.venv import default_env_dir, ensure_env, plan
 
     env_dir = (path or default_env_dir()).expanduser().resolve()
     if dry_run:

@@ -22,9 +22,9 @@ from memrl.app.stages.training import (
     trl_entry,
     with_init,
 )
-from memrl.train.backends import trl as trl_backend
-from memrl.train.backends import verl
 from memrl.train.online.config import CollabGRPOStage
+from memrl.train.trl import backend as trl_backend
+from memrl.train.verl import backend as verl
 
 TRAINERS: dict[str, Trainer[CollabGRPOStage]] = {
     "trl": trl_entry(trl_backend.COLLAB_GRPO),
@@ -34,7 +34,7 @@ TRAINERS: dict[str, Trainer[CollabGRPOStage]] = {
 
 def _data(stage: CollabGRPOStage, ctx: RunContext, name: str) -> Path:
     """verl's agent-loop data, written from the sessions into the stage folder (TRL plays them directly)."""
-    from memrl.train.online.verl_overrides import DATA_SUBDIR
+    from memrl.train.verl.collab_overrides import DATA_SUBDIR
 
     return ctx.stage_dir(name) / DATA_SUBDIR
 

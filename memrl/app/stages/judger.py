@@ -7,11 +7,11 @@ from typing import Any
 
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind
-from memrl.app.stages.relaunch import STAGE_ENTRY, relaunch, resolved_recipe, shown
+from memrl.app.stages.spawn import STAGE_ENTRY, resolved_recipe, shown, spawn_stage
 from memrl.core.errors import ConfigError
 from memrl.train.config import JudgerStage
-from memrl.train.distributed import launch_env, launched
-from memrl.train.trl_common import is_finished
+from memrl.train.distributed import is_rank, ranks_env
+from memrl.train.hf_trainer import is_finished
 
 
 def data_ref(ref: str | None, ctx: RunContext, name: str) -> Path:
@@ -37,12 +37,12 @@ def run_judger(stage: JudgerStage, ctx: RunContext, name: str) -> None:
 
     data, base = data_ref(stage.data, ctx, name), ctx.model_ref(stage.model)
     require_pairs(data, "train")  # fail here, in one line, rather than once per GPU
-    if stage.distributed and not launched():  # one of torchrun's processes trains below
+    if stage.distributed and not is_rank():  # one of torchrun's processes trains below
         _run_distributed(stage, ctx, name)
         return
     from memrl.app.stages.training import train_context
+    from memrl.train.hf_trainer import resume_point
     from memrl.train.judger.trainer import train_judger
-    from memrl.train.trl_common import resume_point
 
     if (point := resume_point(out)) is not None:
         ctx.console.print(f"{name}: resuming from {point} (same seed, same data order)")
@@ -63,14 +63,14 @@ def _torchrun_argv(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
 
 
 def _run_distributed(stage: JudgerStage, ctx: RunContext, name: str) -> None:
-    from memrl.train.judger.launch import deepspeed_config
+    from memrl.train.judger.deepspeed_zero import deepspeed_config
     from memrl.train.placement import trainer_env
 
     argv = _torchrun_argv(stage, ctx, name)
     if stage.deepspeed is not None:
         deepspeed_config(stage.deepspeed)
-    env = launch_env(stage.cluster) | trainer_env(stage)
-    final = relaunch(argv, ctx, name, launcher="torchrun", log="judger.log", env=env)
+    env = ranks_env(stage.cluster) | trainer_env(stage)
+    final = spawn_stage(argv, ctx, name, launcher="torchrun", log="judger.log", env=env)
     ctx.console.print(f"{name}: judger {final}")
 
 
@@ -78,10 +78,10 @@ def plan_judger(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
     data, base = data_ref(stage.data, ctx, name), ctx.model_ref(stage.model)
     if not stage.distributed:
         return [f"HF Trainer in-process, {stage.head} head on {base}, data {data / 'train'}"]
-    from memrl.train.judger.launch import deepspeed_config
+    from memrl.train.judger.deepspeed_zero import deepspeed_config
     from memrl.train.placement import trainer_env
 
-    lines = [shown(_torchrun_argv(stage, ctx, name), launch_env(stage.cluster) | trainer_env(stage))]
+    lines = [shown(_torchrun_argv(stage, ctx, name), ranks_env(stage.cluster) | trainer_env(stage))]
     if stage.deepspeed is not None:
         lines.append(f"DeepSpeed config {deepspeed_config(stage.deepspeed, must_exist=False)}")
     from memrl.train.placement import stage_plan

@@ -1,7 +1,8 @@
-"""`sft` and `grpo`: one schema each (memrl.train.config), handed to a trainer backend (memrl.train.backends).
+"""`sft` and `grpo`: one schema each (memrl.train.config), handed to a trainer backend (`backend` of memrl.train.trl,
+.verl, .llamafactory).
 
 A table names each kind's backends; this module adds what only the app knows: the `StageRun` built from the run
-context, wandb's environment, a finished or half-done stage, and TRL's relaunch under accelerate (relaunch.py).
+context, wandb's environment, a finished or half-done stage, and TRL's spawn under accelerate (spawn.py).
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from typing import Any, Generic, TypeVar
 
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind
-from memrl.app.stages.relaunch import plan_trl, run_trl
-from memrl.train.backends import StageRun, verl
-from memrl.train.backends import llamafactory as lf
-from memrl.train.backends import trl as trl_backend
+from memrl.app.stages.spawn import plan_trl, run_trl
 from memrl.train.config import GRPOStage, PolicyOptimStage, SFTStage
+from memrl.train.hf_trainer import TrainContext, is_finished, resume_point
+from memrl.train.llamafactory import backend as lf
 from memrl.train.online.config import CollabGRPOStage
 from memrl.train.placement import trainer_cluster
-from memrl.train.trl_common import TrainContext, is_finished, resume_point
+from memrl.train.stage_run import StageRun
+from memrl.train.trl import backend as trl_backend
+from memrl.train.verl import backend as verl
 
 S = TypeVar("S", SFTStage, GRPOStage, CollabGRPOStage)
 Backend = Callable[[S, StageRun, str, Path], Any]  # a train/ backend's run or describe: (stage, where, base, data)
@@ -93,7 +95,7 @@ def backend(run: Backend[S], describe: Backend[S], files: tuple[str, ...] = (), 
 
 
 def trl_entry(trainer: trl_backend.TrlTrainer, files: tuple[str, ...] = ()) -> Trainer[Any]:
-    """TRL's entry: in-process, or one process per GPU under `accelerate launch` (memrl.app.stages.relaunch)."""
+    """TRL's entry: in-process, or one process per GPU under `accelerate launch` (memrl.app.stages.spawn)."""
 
     def run(stage: Any, ctx: RunContext, name: str, base: str, data: Path) -> None:
         final = run_trl(stage, ctx, name, lambda: trainer.train(stage, _trl_run(ctx, name), base, data))
@@ -185,7 +187,7 @@ def _verl_job(stage: SFTStage | GRPOStage, raw: dict[str, Any], name: str, dashb
     if stage.trainer != "verl":
         return Job()
     if not isinstance(stage, SFTStage):
-        # The reward function is named by module already (memrl.train.rewards.verl.reward_path), outcome included.
+        # The reward function is named by module already (memrl.train.verl.rewards.reward_path), outcome included.
         verl.join_job_cluster(raw)
         return Job()
     cluster = raw["cluster"]

@@ -1,7 +1,7 @@
 """A `collab_grpo` stage on verl: the Hydra overrides of `verl.trainer.main_ppo` that run the agent loop.
 
-The reflector's GRPO overrides (`memrl.train.verl_overrides`) with three differences: the data is the stage's own
-agent-loop parquet (`verl_data`), rolled out by vLLM in async mode through the `memrl_collab` loop that its
+The reflector's GRPO overrides (`memrl.train.verl.overrides`) with three differences: the data is the stage's own
+agent-loop parquet (`collab_data`), rolled out by vLLM in async mode through the `memrl_collab` loop that its
 `agent_name` column selects; the reward comes from the loop (no reward function: `reward_score`, NaN for an
 unfinished episode, which `memrl_grpo` leaves out); and every training sample, with each reward part and its
 episode, is written per step to `rollouts/<step>.jsonl` in the stage folder (`trainer.rollout_data_dir`).
@@ -14,11 +14,11 @@ from typing import Unpack
 from memrl.rollout.probe import Endpoint
 from memrl.train.endpoints import stage_endpoints
 from memrl.train.online.config import CollabGRPOStage
-from memrl.train.online.verl_data import EVAL_FILE, TRAIN_FILE, LoopSettings
-from memrl.train.rewards.verl import ADV_MODULE
-from memrl.train.verl_overrides import VerlRun, kv, per_worker, stage_overrides, worker_count
+from memrl.train.verl.collab_data import EVAL_FILE, TRAIN_FILE, LoopSettings
+from memrl.train.verl.overrides import VerlRun, kv, per_worker, stage_overrides, worker_count
+from memrl.train.verl.rewards import ADV_MODULE
 
-LOOP_MODULE = "memrl.train.online.verl_agent_loop"
+LOOP_MODULE = "memrl.train.verl.agent_loop"
 # verl imports each (comma-separated) on `import verl` in every Ray process: the estimator and the agent loop.
 EXTERNAL_MODULES = f"{ADV_MODULE},{LOOP_MODULE}"
 DATA_SUBDIR, ROLLOUTS_SUBDIR = "data", "rollouts"

@@ -1,8 +1,8 @@
 """Running verl: the argv (local, torchrun for SFT, or `ray job submit`), the secrets it passes by environment
 reference only, and the run itself with its output logged.
 
-GRPO runs `memrl.train.verl_main` (verl's `main_ppo` with one Ray runtime_env that carries the job's variables to every
-worker, `verl_main` says why); SFT runs `verl.trainer.sft_trainer` under torchrun on one node, or
+GRPO runs `memrl.train.verl.main` (verl's `main_ppo` with one Ray runtime_env that carries the job's variables to every
+worker, `main` says why); SFT runs `verl.trainer.sft_trainer` under torchrun on one node, or
 `verl.trainer.sft_trainer_ray` on a Ray cluster. With `cluster.ray_address` set the stage is a Ray job; memrl and
 verl must then be installed on every node, and the data, model and output paths must be visible there. Its argv is
 the `ray job submit` a shell would run (for --dry-run and the log), whose runtime environment names WANDB_*, HF_*,
@@ -27,17 +27,17 @@ from memrl.core.secrets import redact
 from memrl.rewards.config import UnscoredStop
 from memrl.rewards.unscored import unscored_env
 from memrl.rollout.probe import Endpoint, is_local
-from memrl.train import launch, ray_jobs
+from memrl.train import processes, ray_jobs
 from memrl.train.config import ClusterConfig, GRPOStage
 from memrl.train.endpoints import stage_endpoints
-from memrl.train.rewards.verl import JUDGE_KEY_ENV, OUTCOME_KEY_ENVS
-from memrl.train.verl_main import FORWARD_PREFIXES
-from memrl.train.verl_overrides import MODULES_ENV
+from memrl.train.verl.main import FORWARD_PREFIXES
+from memrl.train.verl.overrides import MODULES_ENV
+from memrl.train.verl.rewards import JUDGE_KEY_ENV, OUTCOME_KEY_ENVS
 
-PPO_ENTRY = "memrl.train.verl_main"
+PPO_ENTRY = "memrl.train.verl.main"
 SFT_ENTRY = "verl.trainer.sft_trainer"
 SFT_RAY_ENTRY = "verl.trainer.sft_trainer_ray"
-# What a `ray job submit` passes by reference: what verl_main forwards to the workers (the API keys are MEMRL_*).
+# What a `ray job submit` passes by reference: what `main` forwards to the workers (the API keys are MEMRL_*).
 ENV_PASSTHROUGH = (*FORWARD_PREFIXES, MODULES_ENV)
 RUNTIME_ENV_FLAG = "--runtime-env-json"
 RAY_SUBMIT = ["ray", "job", "submit"]
@@ -93,7 +93,7 @@ def verl_command(
     if cluster.ray_address is None:
         python = python or sys.executable
         if kind == "grpo":
-            # verl_main starts Ray, or joins the cluster this node belongs to (multi-node: run on the head).
+            # `main` starts Ray, or joins the cluster this node belongs to (multi-node: run on the head).
             return [python, "-m", PPO_ENTRY, *overrides]
         if cluster.nnodes > 1:
             raise ConfigError("verl SFT on several nodes runs through Ray: set cluster.ray_address")
@@ -155,7 +155,7 @@ class RaySubmission:
 def format_command(argv: Sequence[str], *, multiline: bool = True) -> str:
     """The command as a shell would take it (for --dry-run). `${NAME}` references in the Ray runtime environment
     stay live, so pasting the line into a shell sends that shell's values, never ones written here."""
-    return launch.format_command(argv, multiline=multiline, live=_runtime_env_args(argv))
+    return processes.format_command(argv, multiline=multiline, live=_runtime_env_args(argv))
 
 
 def _runtime_env_args(argv: Sequence[str]) -> set[int]:
@@ -170,7 +170,7 @@ def run_verl(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] | No
     shown = format_command(argv, multiline=False)
     job = RaySubmission.parse(argv, full_env)
     if job is None:
-        launch.run_logged(argv, log_path, name="verl", shown=shown, env=full_env, tail=tail)
+        processes.run_logged(argv, log_path, name="verl", shown=shown, env=full_env, tail=tail)
     else:
         ray_jobs.run_job_logged(
             job.address, job.entrypoint, job.runtime_env, log_path, name="verl", shown=shown, tail=tail

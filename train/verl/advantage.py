@@ -1,11 +1,11 @@
 """verl advantage estimator `memrl_grpo`: verl's GRPO over the judged samples only, as TRL 1.16 does it.
 
     algorithm.adv_estimator=memrl_grpo
-    +ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=memrl.train.rewards.advantage
+    +ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=memrl.train.verl.advantage
 
 verl needs a float reward per sample, and its reward loop scores samples one at a time, streamed, so no reward
 function sees a sample's group. A sample whose judge failed therefore gets the score NaN from
-`memrl.train.rewards.verl`, and this estimator, which does see the groups, leaves it out: the other samples of its
+`memrl.train.verl.rewards`, and this estimator, which does see the groups, leaves it out: the other samples of its
 group get verl's own GRPO advantage computed without it (`compute_grpo_outcome_advantage` on the judged rows), and
 it gets advantage 0. A group with fewer than two judged samples has no baseline and gets 0 throughout. That is
 what TRL 1.16 does with a sample whose reward functions all return None (nan-aware group mean and std, advantage
@@ -29,7 +29,7 @@ import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
 
 from memrl.rewards.unscored import UnscoredWatch
-from memrl.train.rewards.verl import ADV_ESTIMATOR
+from memrl.train.verl.rewards import ADV_ESTIMATOR
 
 log = logging.getLogger(__name__)
 _WATCH: list[UnscoredWatch] = []  # this process's watch, built from the environment on the first step

@@ -1,5 +1,5 @@
 """A verl stage as Hydra overrides: values encoded as Hydra reads them, and the overrides of a GRPO stage (verl's
-`ppo_trainer` config) and of an SFT stage (`sft_trainer_engine`). `verl_validate` checks them; `verl_command` runs them.
+`ppo_trainer` config) and of an SFT stage (`sft_trainer_engine`). `validate` checks them; `command` runs them.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from memrl.rollout.config import VLLMModelConfig
 from memrl.train.config import ClusterConfig, GRPOStage, LoggingTarget, LoraConfig, PolicyOptimStage, SFTStage
 from memrl.train.endpoints import stage_endpoints
 from memrl.train.placement import rollout_tp, trainer_cluster
-from memrl.train.rewards.verl import ADV_ESTIMATOR, ADV_MODULE, reward_path
-from memrl.train.verl_metrics import tracking_env
+from memrl.train.verl.metrics import tracking_env
+from memrl.train.verl.rewards import ADV_ESTIMATOR, ADV_MODULE, reward_path
 
 Logger = Literal["wandb", "console"]
 
@@ -29,7 +29,7 @@ REWARD_FUNCTION = "compute_score_async"
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs"
 RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"  # what every Ray process of a GRPO run gets
 MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"  # verl imports each (comma-separated) on `import verl`, in every process
-COMPAT_MODULE = "memrl.train.verl_compat"  # lets verl build models beside TRL 1.16: first in every verl job
+COMPAT_MODULE = "memrl.train.verl.compat"  # lets verl build models beside TRL 1.16: first in every verl job
 # verl's FSDP optimizer schedules a constant or a cosine learning rate after the warm-up, nothing else.
 LR_SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
 
@@ -215,11 +215,11 @@ def reward_workers(stage: GRPOStage) -> int:
 
 
 def reward_kwargs(stage: GRPOStage, data_dir: Path | None = None) -> dict[str, Any]:
-    """What verl passes to every reward call (`reward_kwargs`, read by memrl.train.rewards.verl): the judge as a
+    """What verl passes to every reward call (`reward_kwargs`, read by memrl.train.verl.rewards): the judge as a
     full JudgeConfig mapping (or, for a judge verl hosts, `judge: llm` with no endpoint: the reward function then asks
     verl's reward router), the weights, the length penalty and the outcome reward (its `data` defaulting to the
     stage's `data_dir`). Never a secret: API keys are left out (they would land in the command and verl's logs);
-    `verl_command.secret_env` hands them to the job in the environment. Each endpoint's `max_concurrency` is
+    `command.secret_env` hands them to the job in the environment. Each endpoint's `max_concurrency` is
     divided over verl's `reward_workers`, each of which holds its own scorer.
     """
     reward, workers = stage.reward, reward_workers(stage)
@@ -281,7 +281,7 @@ def hosts_judge(stage: GRPOStage) -> bool:
 
 
 def _hosted_judge_kwargs(judge: JudgeConfig) -> dict[str, Any]:
-    """memrl.train.rewards.verl's shorthand with no endpoint and no model name, so that it asks verl's router under
+    """memrl.train.verl.rewards's shorthand with no endpoint and no model name, so that it asks verl's router under
     the name verl serves the model by. The shorthand carries no sampling, few-shot or cache switch: refuse those."""
     default = JudgeConfig(kind="llm", model=judge.model)
     for name in ("sampling", "few_shot", "cache"):
@@ -338,7 +338,7 @@ def policy_overrides(
     gpus = trainer_cluster(stage).gpus_per_node  # the node's GPUs that no served model keeps (train/placement.py)
     out: list[str] = [
         # verl's GRPO over the scored samples only (a failed judge or episode scores NaN):
-        # memrl.train.rewards.advantage, which verl imports in every process from VERL_USE_EXTERNAL_MODULES
+        # memrl.train.verl.advantage, which verl imports in every process from VERL_USE_EXTERNAL_MODULES
         # (comma-separated).
         kv("algorithm.adv_estimator", ADV_ESTIMATOR),
         "+" + kv(f"{RUNTIME_ENV}.{MODULES_ENV}", verl_modules(external_modules)[MODULES_ENV]),

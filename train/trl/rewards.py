@@ -13,7 +13,7 @@ reads the finished episode's record.
 A sample whose judge failed gets None from every judge function. TRL 1.16
 (`GRPOTrainer._generate_and_score_completions`) marks a row whose every function returned None unscorable: its
 reward is NaN, the group mean and std are nan-aware (computed over the judged samples only) and its advantage is 0,
-exactly as if it were absent from the group. verl gets the same through `memrl.train.rewards.advantage`. The failed
+exactly as if it were absent from the group. verl gets the same through `memrl.train.verl.advantage`. The failed
 samples of each batch are logged as `reward/judge_failed` (a count, averaged over the logging step), and an
 `UnscoredWatch`, when given, sees each batch's count and stops the run once the judge keeps failing. The
 next-session outcome (`next_session_func`) reads each completion's notes as the agent would store them and the

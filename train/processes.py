@@ -1,4 +1,4 @@
-"""Launching an external trainer: its command as a shell takes it, and the child process, whose output goes to the
+"""Running an external trainer: its command as a shell takes it, and the child process, whose output goes to the
 console and a log (a failure names its tail)."""
 
 from __future__ import annotations

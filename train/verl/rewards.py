@@ -1,6 +1,6 @@
 """verl custom reward functions: the reflection reward, with the next-session outcome mixed in when it is configured.
 
-    reward.custom_reward_function.path=pkg://memrl.train.rewards.verl
+    reward.custom_reward_function.path=pkg://memrl.train.verl.rewards
     reward.custom_reward_function.name=compute_score_async        # or compute_score (sync)
     +reward.custom_reward_function.reward_kwargs.judge=offline    # offline (default) | llm
 
@@ -14,7 +14,7 @@ under `model` or the reward model's path. One RewardScorer is built per process 
 
 A sample whose judge failed after its retries has no reward: its `score` is NaN (a float, as verl requires) with
 `judge_failed: 1.0` and `coverage` / `judge_score` None. The `memrl_grpo` advantage estimator
-(`memrl.train.rewards.advantage`) leaves NaN-scored samples out of their group and gives them advantage 0, as TRL
+(`memrl.train.verl.advantage`) leaves NaN-scored samples out of their group and gives them advantage 0, as TRL
 does with a None reward; verl's plain `grpo` estimator would spread the NaN over the whole group, so launchers set
 `algorithm.adv_estimator=memrl_grpo`. `judge_failed` reaches verl's validation metrics (`val-aux/.../judge_failed`);
 during training the estimator logs each step's count, and verl's `critic/score/mean` reads NaN on such a step.
@@ -65,8 +65,8 @@ JUDGE_KEY_ENV = "MEMRL_JUDGE_API_KEY"
 OUTCOME_KEY_ENVS = {"agent": "MEMRL_OUTCOME_AGENT_API_KEY", "judge": "MEMRL_OUTCOME_JUDGE_API_KEY"}
 # The advantage estimator that leaves NaN-scored (judge failed) samples out, and the module that registers it.
 ADV_ESTIMATOR = "memrl_grpo"
-ADV_MODULE = "memrl.train.rewards.advantage"
-REWARD_MODULE = "memrl.train.rewards.verl"  # what verl loads the reward functions from, outcome or not
+ADV_MODULE = "memrl.train.verl.advantage"
+REWARD_MODULE = "memrl.train.verl.rewards"  # what verl loads the reward functions from, outcome or not
 
 
 def reward_path() -> str:

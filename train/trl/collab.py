@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from memrl.core import interrupts
 from memrl.core.checkpoints import tokenizer_source
-from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES
-from memrl.train.backends import CURVES_FILE
-from memrl.train.curves import Chart, Panel, draw
 from memrl.train.distributed import world_size
 from memrl.train.endpoints import per_process
+from memrl.train.hf_trainer import TrainContext, apply_overrides, resume_point
+from memrl.train.online.charts import outcome_chart
 from memrl.train.online.chat_tokens import TurnTokens
 from memrl.train.online.config import CollabGRPOStage
 from memrl.train.online.episodes import episode_rows, episode_source
 from memrl.train.online.rollout import Player
-from memrl.train.online.trl_rollout import EPISODES_FILE, EpisodeLog, EpisodeRollout
-from memrl.train.rewards.trl import episode_funcs
-from memrl.train.trl_common import TrainContext, apply_overrides, resume_point, save_final
-from memrl.train.trl_grpo import grpo_args, policy_model
+from memrl.train.stage_run import CURVES_FILE
+from memrl.train.trl.collab_rollout import EPISODES_FILE, EpisodeLog, EpisodeRollout
+from memrl.train.trl.common import save_final
+from memrl.train.trl.grpo import grpo_args, policy_model
+from memrl.train.trl.rewards import episode_funcs
 
 
 def collab_args(stage: CollabGRPOStage, ctx: TrainContext) -> dict[str, Any]:
@@ -33,27 +32,13 @@ def collab_args(stage: CollabGRPOStage, ctx: TrainContext) -> dict[str, Any]:
     }
 
 
-def outcome_chart(history: Sequence[dict[str, Any]], out: Path, title: str) -> Chart | None:
-    """One panel per reward part (train mean per step), the weighted reward, how the episodes ended, and the share
-    of replies cut at the reply budget."""
-
-    def series(key: str) -> list[tuple[float, float]]:
-        return [(float(row["step"]), float(row[key])) for row in history if key in row and "step" in row]
-
-    panels = [Panel(part, {part: series(f"rewards/{part}/mean")}) for part in PARTS]
-    panels.append(Panel("reward", {"weighted sum": series("reward")}))
-    panels.append(Panel("episodes", {status: series(f"episode/{status}") for status in STATUSES}))
-    panels.append(Panel("replies cut at the budget", {"share": series(f"episode/{REPLIES_CUT}")}))
-    return draw(panels, out, title=title)
-
-
 def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext) -> Path:
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
-    from memrl.train.trl_fused_head import project_labelled_tokens_only
-    from memrl.train.trl_sampling import PolicySamplingGRPOTrainer
+    from memrl.train.trl.fused_head import project_labelled_tokens_only
+    from memrl.train.trl.sampling import PolicySamplingGRPOTrainer
 
     rows = episode_rows(stage.env)  # a bad task or problem file fails here, before any model loads
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(stage.init or base_model))

@@ -1,5 +1,5 @@
-"""A distributed launcher for one node that listens on 127.0.0.1 only: `python -m memrl.train.local_launch torchrun
-ARGS` is `torchrun ARGS`, `... local_launch accelerate launch ARGS` is `accelerate launch ARGS` (which runs torchrun's
+"""A distributed launcher for one node that listens on 127.0.0.1 only: `python -m memrl.train.loopback torchrun
+ARGS` is `torchrun ARGS`, `... loopback accelerate launch ARGS` is `accelerate launch ARGS` (which runs torchrun's
 code in its own process).
 
 torchrun's rendezvous and its workers' key-value store are TCPStore servers, and a TCPStore server listens on every
@@ -52,7 +52,7 @@ def main() -> None:
         sys.argv = ["accelerate", *args]
         accelerate()
     else:
-        raise SystemExit(f"usage: python -m memrl.train.local_launch torchrun|accelerate ARGS (not {tool!r})")
+        raise SystemExit(f"usage: python -m memrl.train.loopback torchrun|accelerate ARGS (not {tool!r})")
 
 
 if __name__ == "__main__":

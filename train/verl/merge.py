@@ -15,7 +15,7 @@ from pathlib import Path
 
 from memrl.core.checkpoints import CheckpointInfo, is_adapter, last_step_dir
 from memrl.core.errors import ConfigError
-from memrl.train.verl_overrides import CHECKPOINT_SUBDIR
+from memrl.train.verl.overrides import CHECKPOINT_SUBDIR
 
 FSDP_CONFIG = "fsdp_config.json"
 LORA_META = "lora_train_meta.json"
@@ -111,7 +111,7 @@ def merge_verl_checkpoint(
 
     For LoRA runs `target_dir` alone is the untrained base: always load the returned folder.
     """
-    from memrl.train.verl_launch import run_verl
+    from memrl.train.verl.command import run_verl
 
     local_dir = shard_dir(checkpoint)
     target_dir.mkdir(parents=True, exist_ok=True)

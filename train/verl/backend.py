@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from memrl.core import interrupts
 from memrl.core.checkpoints import adapter_base, final_dir, is_adapter, portable_ref, resolve_model
-from memrl.train.backends import CURVES_FILE, StageRun
 from memrl.train.config import GRPOStage, LoraConfig, SFTStage
 from memrl.train.placement import trainer_cluster, trainer_env
+from memrl.train.stage_run import CURVES_FILE, StageRun
 
 if TYPE_CHECKING:
     from memrl.rollout.probe import Endpoint
@@ -78,47 +78,49 @@ def _command(
     env: Callable[[], dict[str, str]],
     endpoints: Sequence[Endpoint] = (),
 ) -> VerlCommand:
-    from memrl.train import verl_launch as vl
+    from memrl.train.verl.command import refuse_local_endpoints, verl_command
+    from memrl.train.verl.validate import PPO_CONFIG, SFT_CONFIG, validate_overrides
 
-    vl.validate_overrides(vl.PPO_CONFIG if kind == "grpo" else vl.SFT_CONFIG, overrides)  # on CPU, before any GPU
-    vl.refuse_local_endpoints(list(endpoints), stage.cluster)
-    full = dict(os.environ) | env()  # verl_main hands memrl's variables to every worker
+    validate_overrides(PPO_CONFIG if kind == "grpo" else SFT_CONFIG, overrides)  # on CPU, before any GPU
+    refuse_local_endpoints(list(endpoints), stage.cluster)
+    full = dict(os.environ) | env()  # verl.main hands memrl's variables to every worker
     full |= trainer_env(stage)  # the trainer's GPUs only: served models keep the others (train/placement.py)
-    return VerlCommand(vl.verl_command(kind, overrides, trainer_cluster(stage), environ=full), full, model_path)
+    return VerlCommand(verl_command(kind, overrides, trainer_cluster(stage), environ=full), full, model_path)
 
 
 def sft_command(stage: SFTStage, where: StageRun, base: str, data: Path, dry_run: bool) -> VerlCommand:
-    from memrl.train import verl_launch as vl
-    from memrl.train.verl_metrics import tracking_env
+    from memrl.train.verl.metrics import tracking_env
+    from memrl.train.verl.overrides import sft_overrides, verl_modules
 
     model_path, _ = verl_start(base, where.planned, dry_run)
-    overrides = vl.sft_overrides(stage, **_run_args(where, model_path), data_dir=data, resume=True)
+    overrides = sft_overrides(stage, **_run_args(where, model_path), data_dir=data, resume=True)
     # verl's SFT loggers run in the command's own process: their paths go in its environment.
     return _command(
-        "sft", stage, overrides, model_path, lambda: tracking_env(where.out_dir, wandb=where.wandb) | vl.verl_modules()
+        "sft", stage, overrides, model_path, lambda: tracking_env(where.out_dir, wandb=where.wandb) | verl_modules()
     )
 
 
 def grpo_command(stage: GRPOStage, where: StageRun, base: str, data: Path, dry_run: bool) -> VerlCommand:
-    from memrl.train import verl_launch as vl
     from memrl.train.endpoints import stage_endpoints
+    from memrl.train.verl.command import job_env
+    from memrl.train.verl.overrides import grpo_overrides
 
     model_path, adapter = verl_start(stage.init or base, where.planned, dry_run)
-    overrides = vl.grpo_overrides(stage, **_run_args(where, model_path), data_dir=data, lora_adapter_path=adapter)
+    overrides = grpo_overrides(stage, **_run_args(where, model_path), data_dir=data, lora_adapter_path=adapter)
     # the keys and the unscored stop (never on the command line)
-    return _command("grpo", stage, overrides, model_path, lambda: vl.job_env(stage), stage_endpoints(stage))
+    return _command("grpo", stage, overrides, model_path, lambda: job_env(stage), stage_endpoints(stage))
 
 
 def collab_command(stage: CollabGRPOStage, where: StageRun, base: str, data: Path, dry_run: bool) -> VerlCommand:
     """The reflector's GRPO command with the `memrl_collab` agent loop: the LLM user's key and the unscored stop."""
     from memrl.rewards.config import UnscoredStop
-    from memrl.train import verl_launch as vl
-    from memrl.train.online.verl_overrides import collab_overrides, loop_settings, user_endpoints
+    from memrl.train.verl.collab_overrides import collab_overrides, loop_settings, user_endpoints
+    from memrl.train.verl.command import unscored_job_env
 
     model_path, adapter = verl_start(stage.init or base, where.planned, dry_run)
     overrides = collab_overrides(stage, **_run_args(where, model_path), lora_adapter_path=adapter)
     users = user_endpoints(stage)
-    env = lambda: loop_settings(stage).user_key() | vl.unscored_job_env(UnscoredStop(), users)  # noqa: E731
+    env = lambda: loop_settings(stage).user_key() | unscored_job_env(UnscoredStop(), users)  # noqa: E731
     return _command("grpo", stage, overrides, model_path, env, users)
 
 
@@ -128,10 +130,10 @@ def collab_command(stage: CollabGRPOStage, where: StageRun, base: str, data: Pat
 def run_command(command: VerlCommand, where: StageRun, *, base: str, trainer: str, lora: LoraConfig | None) -> Path:
     """Run a verl stage's command, draw its curves (a failed run's too), and merge its last checkpoint into
     `final/`."""
-    from memrl.train import verl_metrics
     from memrl.train.curves import verl_chart
-    from memrl.train.verl_launch import run_verl
-    from memrl.train.verl_merge import save_final
+    from memrl.train.verl import metrics as verl_metrics
+    from memrl.train.verl.command import run_verl
+    from memrl.train.verl.merge import save_final
 
     out = where.out_dir
     out.mkdir(parents=True, exist_ok=True)  # verl's file logger opens its file without creating the folder
@@ -162,11 +164,11 @@ def run_grpo(stage: GRPOStage, where: StageRun, base: str, data: Path) -> None:
 def run_collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -> None:
     """Write the sessions as agent-loop data into `data`, run verl, and chart the reward parts (a failed run's
     too)."""
+    from memrl.train.online.charts import outcome_chart
     from memrl.train.online.episodes import episode_rows
-    from memrl.train.online.trl_collab import outcome_chart
-    from memrl.train.online.verl_data import EVAL_FILE, TRAIN_FILE, agent_rows, write_rows
-    from memrl.train.online.verl_overrides import ROLLOUTS_SUBDIR, loop_settings
-    from memrl.train.online.verl_rollouts import rollout_history
+    from memrl.train.verl.collab_data import EVAL_FILE, TRAIN_FILE, agent_rows, write_rows
+    from memrl.train.verl.collab_overrides import ROLLOUTS_SUBDIR, loop_settings
+    from memrl.train.verl.collab_rollouts import rollout_history
 
     out = where.out_dir
     rows = agent_rows(episode_rows(stage.env), loop_settings(stage))  # a bad task or problem file fails here
@@ -194,14 +196,14 @@ def placement_lines(stage: SFTStage | GRPOStage | CollabGRPOStage, base: str) ->
 
 
 def _shown(command: VerlCommand) -> str:
-    from memrl.train.verl_launch import format_command
+    from memrl.train.verl.command import format_command
 
     return format_command(command.argv)
 
 
 def budget_lines(stage: SFTStage | GRPOStage | CollabGRPOStage) -> list[str]:
-    """How the stage's micro batches are packed by tokens, with the arithmetic (memrl.train.verl_overrides)."""
-    from memrl.train.verl_overrides import policy_budget, sft_budget
+    """How the stage's micro batches are packed by tokens, with the arithmetic (memrl.train.verl.overrides)."""
+    from memrl.train.verl.overrides import policy_budget, sft_budget
 
     budget = sft_budget(stage) if isinstance(stage, SFTStage) else policy_budget(stage)
     return ["\n".join(budget.lines())]
@@ -218,7 +220,7 @@ def describe_grpo(stage: GRPOStage, where: StageRun, base: str, data: Path) -> l
 
 
 def describe_collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -> list[str]:
-    from memrl.train.backends import sessions
+    from memrl.train.stage_run import sessions
 
     return [
         f"verl agent loop memrl_collab from {stage.init or base}: {sessions(stage)}; sessions written to {data}",

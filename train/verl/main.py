@@ -1,4 +1,4 @@
-"""memrl's entry to verl's PPO trainer: `python -m memrl.train.verl_main <verl Hydra overrides>`.
+"""memrl's entry to verl's PPO trainer: `python -m memrl.train.verl.main <verl Hydra overrides>`.
 
 verl's `main_ppo` starts Ray (or joins a cluster with `ray_kwargs.ray_init.address=auto`) with only its own
 runtime_env; a worker on a running cluster sees nothing of this process's environment, so `WANDB_MODE` and the API

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memrl.train.backends import CURVES_FILE, StageRun, sessions
+from memrl.train.stage_run import CURVES_FILE, StageRun, sessions
 
 if TYPE_CHECKING:
     from memrl.train.config import GRPOStage, SFTStage
@@ -25,19 +25,19 @@ class TrlTrainer:
 
 
 def _sft(stage: SFTStage, where: StageRun, base: str, data: Path) -> Path:
-    from memrl.train.trl_sft import train_sft
+    from memrl.train.trl.sft import train_sft
 
     return train_sft(stage, base, data, where.train_context())
 
 
 def _grpo(stage: GRPOStage, where: StageRun, base: str, data: Path) -> Path:
-    from memrl.train.trl_grpo import train_grpo
+    from memrl.train.trl.grpo import train_grpo
 
     return train_grpo(stage, base, data, where.train_context(), where.console)
 
 
 def _collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -> Path:
-    from memrl.train.online.trl_collab import train_collab_grpo
+    from memrl.train.trl.collab import train_collab_grpo
 
     return train_collab_grpo(stage, base, where.train_context())  # plays its own sessions: no data folder
 

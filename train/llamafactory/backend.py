@@ -23,10 +23,10 @@ from memrl.core.errors import ConfigError, MemrlError
 from memrl.core.files import read_json
 from memrl.core.outcomes import require_data
 from memrl.core.yamlsafe import load_yaml
-from memrl.train.backends import StageRun
 from memrl.train.config import LoraConfig, SFTStage
-from memrl.train.launch import run_logged
 from memrl.train.placement import trainer_cluster, trainer_env
+from memrl.train.processes import run_logged
+from memrl.train.stage_run import StageRun
 
 TRAIN_DATASET = "memrl_reflection_train"
 EVAL_DATASET = "memrl_reflection_eval"
@@ -222,7 +222,7 @@ def write_yaml(args: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
-def launch_env(stage: SFTStage, cpu: bool) -> dict[str, str]:
+def cli_env(stage: SFTStage, cpu: bool) -> dict[str, str]:
     """Variables LLaMA-Factory's launcher reads: torchrun across the GPUs of this node the placement plan leaves the
     trainer (the others hold served models), and the node count."""
     if cpu:
@@ -281,12 +281,12 @@ def run(stage: SFTStage, where: StageRun, base: str, data: Path) -> None:
     """Write the stage's YAML, run it in LLaMA-Factory's own environment (created on first use), save `final/`."""
     import torch
 
-    from memrl.train.llamafactory_env import default_env_dir, ensure_env
+    from memrl.train.llamafactory.venv import default_env_dir, ensure_env
 
     yaml_path = write_yaml(_stage_yaml(stage, where, base, data, dry_run=False), where.out_dir / YAML_FILE)
     with where.console.status("preparing LLaMA-Factory's own environment"):
         cli = ensure_env(default_env_dir())
-    env = launch_env(stage, not torch.cuda.is_available())
+    env = cli_env(stage, not torch.cuda.is_available())
     run_llamafactory(yaml_path, cli, where.out_dir / "llamafactory.log", env=env)
     save_final(where.out_dir, base=portable_ref(base), stage=where.stage)
 
@@ -296,5 +296,5 @@ def describe(stage: SFTStage, where: StageRun, base: str, data: Path) -> list[st
     from memrl.train.placement import stage_plan
 
     _stage_yaml(stage, where, base, data, dry_run=True)  # refuses knobs LLaMA-Factory lacks, here too
-    env = " ".join(f"{k}={v}" for k, v in launch_env(stage, cpu=False).items())
+    env = " ".join(f"{k}={v}" for k, v in cli_env(stage, cpu=False).items())
     return [f"{env} llamafactory-cli train {where.out_dir / YAML_FILE}", stage_plan(stage, base).text()]

@@ -1,20 +1,19 @@
-"""What TRL's SFT and GRPO runs share: trainer arguments, pass-through overrides, resume, the final save."""
+"""What runs on the HF Trainer share (TRL's SFT and GRPO, the judger): trainer arguments, pass-through overrides,
+resume, the finished mark."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl.core.checkpoints import CheckpointInfo, last_step_dir, trainer_saved
+from memrl.core.checkpoints import last_step_dir, trainer_saved
 from memrl.core.errors import ConfigError, closest
 from memrl.core.precision import cpu_has_bf16
 from memrl.core.yamlsafe import load_yaml
-from memrl.train.config import LoggingTarget, LoraConfig
-from memrl.train.distributed import world_size
+from memrl.train.config import LoggingTarget
 
 
 @dataclass(frozen=True)
@@ -26,12 +25,6 @@ class TrainContext:
     seed: int
     report_to: str  # "wandb" or "none"
     run_name: str
-
-
-def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
-    """Tokens of a chat prompt with the generation header. Newer tokenizers return a BatchEncoding, not a list."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return len(ids["input_ids"] if not isinstance(ids, list) else ids)
 
 
 def device_args() -> dict[str, Any]:
@@ -64,17 +57,6 @@ def master_dtype(full_parameter: bool) -> Any:
     return torch.float32 if full_parameter else None
 
 
-def accumulation_steps(total: int, micro: int, stage: str, what: str, processes: int | None = None) -> int:
-    """Gradient accumulation that turns micro batches on each of `processes` devices (default: this launch's world
-    size, 1 outside a launcher) into the stage's global batch."""
-    processes = world_size() if processes is None else processes
-    steps, remainder = divmod(total, micro * processes)
-    if remainder:
-        devices = f" x {processes} processes" if processes > 1 else ""
-        raise ConfigError(f"stages.{stage}: {what} ({total}) must be a multiple of micro_batch_size ({micro}){devices}")
-    return steps
-
-
 def base_args(ctx: TrainContext, *, lr: float, checkpoints: LoggingTarget) -> dict[str, Any]:
     return {
         "output_dir": str(ctx.out_dir),
@@ -92,7 +74,8 @@ def base_args(ctx: TrainContext, *, lr: float, checkpoints: LoggingTarget) -> di
 
 
 def apply_overrides(config_cls: type, args: dict[str, Any], overrides: Sequence[str], stage: str) -> dict[str, Any]:
-    """`name=value` pairs set fields of the TRL config class; unknown names fail before training starts."""
+    """`name=value` pairs set fields of the trainer's config class (TRL's, or `TrainingArguments`); unknown names
+    fail before training starts."""
     fields = {f.name for f in dataclasses.fields(config_cls)}
     out = dict(args)
     for item in overrides:
@@ -107,36 +90,11 @@ def apply_overrides(config_cls: type, args: dict[str, Any], overrides: Sequence[
     return out
 
 
-def peft_config(lora: LoraConfig) -> Any:
-    from peft import LoraConfig as PeftLoraConfig
-
-    return PeftLoraConfig(
-        r=lora.rank,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
-        task_type="CAUSAL_LM",
-    )
-
-
 def resume_point(out_dir: Path) -> str | None:
     """The newest whole checkpoint of an interrupted run of this stage (resume continues the same data order); one
     whose save was cut short is passed over."""
     last = last_step_dir(out_dir, complete=trainer_saved)
     return str(last) if last is not None else None
-
-
-def save_final(trainer: Any, tokenizer: Any, ctx: TrainContext, *, base: str, trainer_name: str) -> Path:
-    """Write `final/` atomically enough: the info file goes last, so its presence means the stage finished."""
-    final = ctx.out_dir / "final"
-    trainer.save_model(str(final))  # on every rank: a sharded model is gathered here
-    if not trainer.is_world_process_zero():  # one of several processes: rank 0 writes the rest
-        return final
-    tokenizer.save_pretrained(str(final))
-    (ctx.out_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
-    adapter = (final / "adapter_config.json").is_file()
-    CheckpointInfo(base, trainer_name, ctx.stage, int(trainer.state.global_step), adapter).save(final)
-    return final
 
 
 def is_finished(out_dir: Path) -> bool:

@@ -11,9 +11,9 @@ import tomllib
 from packaging.requirements import Requirement
 from support import MemrlCLI
 
-from memrl.train import llamafactory_env as lfe
-from memrl.train.backends import llamafactory as lf
 from memrl.train.config import SFTStage
+from memrl.train.llamafactory import backend as lf
+from memrl.train.llamafactory import venv as lfe
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,9 +58,9 @@ def test_environment_keeps_transformers_below_5_6() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_environment_is_created_and_isolated(llamafactory_env: Path, memrl_cli: MemrlCLI) -> None:
+def test_environment_is_created_and_isolated(llamafactory_venv: Path, memrl_cli: MemrlCLI) -> None:
     # Built by the session fixture through `memrl env llamafactory` (CI has none), or one this machine has.
-    env_dir = llamafactory_env
+    env_dir = llamafactory_venv
     cli = env_dir / "bin" / "llamafactory-cli"
     assert (env_dir / ".memrl-ready").is_file() and cli.is_file()
     version = subprocess.run([str(cli), "version"], capture_output=True, text=True, check=True).stdout

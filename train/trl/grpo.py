@@ -20,17 +20,8 @@ from memrl.rewards.unscored import UnscoredWatch
 from memrl.rollout.probe import require_reachable
 from memrl.train.config import GRPOStage, PolicyOptimStage
 from memrl.train.endpoints import stage_endpoints
-from memrl.train.trl_common import (
-    TrainContext,
-    accumulation_steps,
-    apply_overrides,
-    base_args,
-    master_dtype,
-    peft_config,
-    prompt_tokens,
-    resume_point,
-    save_final,
-)
+from memrl.train.hf_trainer import TrainContext, apply_overrides, base_args, master_dtype, resume_point
+from memrl.train.trl.common import accumulation_steps, peft_config, prompt_tokens, save_final
 
 
 def load_rl_split(data_dir: Path, split: str, tokenizer: Any, max_prompt_length: int) -> tuple[Any, int]:
@@ -88,7 +79,7 @@ def grpo_args(stage: PolicyOptimStage, ctx: TrainContext, reward_weights: list[f
         generation_batch_size=completions,  # one generation round feeds exactly one optimizer step
         num_generations=stage.rollouts,
         # dr_grpo divides each sample's summed loss by this constant: the whole response budget (an episode's, for
-        # the agent), as verl's loss_scale_factor does (train/verl_overrides.py): both trainers take the same step.
+        # the agent), as verl's loss_scale_factor does (train/verl/overrides.py): both trainers take the same step.
         max_completion_length=stage.response_budget,
         temperature=stage.temperature,
         beta=stage.kl_coef,
@@ -104,9 +95,9 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
-    from memrl.train.rewards.trl import grpo_rewards
-    from memrl.train.trl_fused_head import project_labelled_tokens_only
-    from memrl.train.trl_sampling import PolicySamplingGRPOTrainer
+    from memrl.train.trl.fused_head import project_labelled_tokens_only
+    from memrl.train.trl.rewards import grpo_rewards
+    from memrl.train.trl.sampling import PolicySamplingGRPOTrainer
 
     endpoints = stage_endpoints(stage)
     require_reachable(endpoints)  # a dead judge fails here, in seconds, not as a run of advantage-0 steps

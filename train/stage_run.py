@@ -1,7 +1,8 @@
-"""Trainer backends: `trl`, `verl` and `llamafactory` each run a training stage and describe that run
-(`run(stage, where, base, data)`, `describe(...) -> lines`) from a `StageRun`, what the app knows about the run.
+"""What the app tells a trainer's stage runner (`backend` of memrl.train.trl, .verl, .llamafactory) about a run: a
+`StageRun`. Each runner runs a training stage and describes that run (`run(stage, where, base, data)`,
+`describe(...) -> lines`).
 
-TRL trains in-process (the app relaunches the stage under accelerate on several GPUs); verl and LLaMA-Factory run a
+TRL trains in-process (the app spawns the stage under accelerate on several GPUs); verl and LLaMA-Factory run a
 command of their own, so `--dry-run` prints exactly what `run` executes.
 """
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from memrl.train.trl_common import TrainContext
+from memrl.train.hf_trainer import TrainContext
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -9,7 +9,7 @@ verl's `response_length` (status `over_budget`). The reward is computed here, fr
 scores NaN, which the `memrl_grpo` advantage estimator leaves out of its group (as TRL leaves out a None reward).
 Each part, the episode's status and its record travel as `reward_extra_info`: verl logs them per validation step
 (`val-aux/memrl_collab/<part>/mean@N`). verl's V1 trainer writes each training sample to `trainer.rollout_data_dir`
-with its score and TransferQueue key only, so the loop records the parts under that key beside it (`verl_rollouts`).
+with its score and TransferQueue key only, so the loop records the parts under that key beside it (`collab_rollouts`).
 The fields verl's server client returns (`min_global_steps` / `max_global_steps`: the weights a trajectory was sampled
 with, which V1 tags each sample with and its metrics read) are merged across the episode's replies as verl's own
 tool loop merges them, never dropped.
@@ -38,8 +38,8 @@ from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES, EpisodeRe
 from memrl.train.online.chat_tokens import TurnTokens
 from memrl.train.online.episodes import collab_episodes
 from memrl.train.online.rollout import AsyncGenerate, Player, Trajectory
-from memrl.train.online.verl_data import AGENT_NAME, LoopSettings
-from memrl.train.online.verl_rollouts import record_parts, sample_key
+from memrl.train.verl.collab_data import AGENT_NAME, LoopSettings
+from memrl.train.verl.collab_rollouts import record_parts, sample_key
 
 log = logging.getLogger(__name__)
 

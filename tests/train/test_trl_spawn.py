@@ -18,9 +18,9 @@ from memrl.app.stages.runner import run_recipe
 from memrl.core.errors import ConfigError
 from memrl.train import distributed
 from memrl.train.config import ClusterConfig
-from memrl.train.distributed import launched, resolve_refs, trl_launch, world_size
-from memrl.train.launch import format_command
-from memrl.train.trl_common import accumulation_steps
+from memrl.train.distributed import is_rank, resolve_refs, trl_spawn, world_size
+from memrl.train.processes import format_command
+from memrl.train.trl.common import accumulation_steps
 
 ENTRY = "memrl.app.stage_main"
 RECIPE = Path("run/recipe.resolved.yaml")
@@ -29,38 +29,38 @@ EIGHT = [str(i) for i in range(8)]
 
 def test_cpu_one_gpu_and_a_launched_rank_train_in_process() -> None:
     cluster = ClusterConfig()
-    assert trl_launch(ENTRY, RECIPE, "sft", cluster, []) is None
-    assert trl_launch(ENTRY, RECIPE, "sft", cluster, ["3"]) is None
-    assert trl_launch(ENTRY, RECIPE, "sft", cluster, EIGHT, inside=True) is None
-    assert launched({"WORLD_SIZE": "8"}) and not launched({}) and world_size({"WORLD_SIZE": "8"}) == 8
+    assert trl_spawn(ENTRY, RECIPE, "sft", cluster, []) is None
+    assert trl_spawn(ENTRY, RECIPE, "sft", cluster, ["3"]) is None
+    assert trl_spawn(ENTRY, RECIPE, "sft", cluster, EIGHT, inside=True) is None
+    assert is_rank({"WORLD_SIZE": "8"}) and not is_rank({}) and world_size({"WORLD_SIZE": "8"}) == 8
 
 
 def test_several_gpus_run_one_process_each_under_accelerate() -> None:
-    launch = trl_launch(ENTRY, RECIPE, "grpo", ClusterConfig(), EIGHT)
+    launch = trl_spawn(ENTRY, RECIPE, "grpo", ClusterConfig(), EIGHT)
     assert launch is not None and launch.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     # One node: accelerate runs through memrl's loopback-only launcher, its ranks' traffic on the loopback interface.
-    assert launch.argv[:4] == [sys.executable, "-m", "memrl.train.local_launch", "accelerate"]
+    assert launch.argv[:4] == [sys.executable, "-m", "memrl.train.loopback", "accelerate"]
     assert launch.argv[4:6] == ["launch", "--multi_gpu"]
     assert {launch.env[k] for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")} == {"lo"}
     assert "--num_processes=8" in launch.argv and "--num_machines=1" in launch.argv
     assert launch.argv[-5:] == ["-m", ENTRY, str(RECIPE), "--stage", "grpo"]
     # The cluster asks for fewer GPUs than are visible: that many processes, on the first ones.
-    fewer = trl_launch(ENTRY, RECIPE, "grpo", ClusterConfig(gpus_per_node=2), ["2", "5", "7"])
+    fewer = trl_spawn(ENTRY, RECIPE, "grpo", ClusterConfig(gpus_per_node=2), ["2", "5", "7"])
     assert fewer is not None and "--num_processes=2" in fewer.argv and fewer.env["CUDA_VISIBLE_DEVICES"] == "2,5"
     # More asked than visible: every visible GPU, one process each.
-    three = trl_launch(ENTRY, RECIPE, "grpo", ClusterConfig(), ["0", "1", "2"])
+    three = trl_spawn(ENTRY, RECIPE, "grpo", ClusterConfig(), ["0", "1", "2"])
     assert three is not None and "--num_processes=3" in three.argv
 
 
 def test_a_one_gpu_stage_is_pinned_to_its_device() -> None:
-    launch = trl_launch(ENTRY, RECIPE, "sft", ClusterConfig(gpus_per_node=1), ["4", "6"])
+    launch = trl_spawn(ENTRY, RECIPE, "sft", ClusterConfig(gpus_per_node=1), ["4", "6"])
     assert launch is not None
     assert launch.argv == [sys.executable, "-m", ENTRY, str(RECIPE), "--stage", "sft"]
     assert launch.env == {"CUDA_VISIBLE_DEVICES": "4"}
 
 
 def test_several_nodes_keep_rendezvous_references() -> None:
-    launch = trl_launch(ENTRY, RECIPE, "sft", ClusterConfig(nnodes=2), EIGHT)
+    launch = trl_spawn(ENTRY, RECIPE, "sft", ClusterConfig(nnodes=2), EIGHT)
     assert launch is not None
     assert "--num_processes=16" in launch.argv and "--num_machines=2" in launch.argv
     assert '"--machine_rank=${NODE_RANK}"' in format_command(launch.argv)

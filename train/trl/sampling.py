@@ -61,7 +61,7 @@ class PolicySamplingGRPOTrainer(GRPOTrainer):
         if self.use_vllm:  # vLLM holds its own synced, merged copy of the weights
             return super()._generate_single_turn(*args, **kwargs)
         on_cpu = self.accelerator.device.type == "cpu"  # on a GPU the copy would cost memory for little speed
-        # On CPU the loss runs under bf16 autocast where the cores have bf16 (trl_common.device_args); sampling in
+        # On CPU the loss runs under bf16 autocast where the cores have bf16 (hf_trainer.device_args); sampling in
         # bf16 too decodes about 1.7x faster than TRL's fp32 `generate` (benchmarks/README.md).
         dtype = torch.bfloat16 if on_cpu and self.args.bf16 else None
         with sampling_policy(self.model, on_cpu, dtype):

@@ -1,6 +1,6 @@
 """The one way a stage leaves `memrl run`'s process to train as several processes (or on one pinned GPU).
 
-The launched command runs `memrl.app.stage_main` (STAGE_ENTRY) on the run's resolved recipe, once per process;
+The spawned command runs `memrl.app.stage_main` (STAGE_ENTRY) on the run's resolved recipe, once per process;
 each process runs the same stage kind, sees the launcher's WORLD_SIZE and trains in-process.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 from memrl.app.context import RESOLVED_NAME, RunContext
 from memrl.core.errors import MemrlError
 from memrl.train import distributed
-from memrl.train.launch import format_command, run_logged
-from memrl.train.trl_common import is_finished
+from memrl.train.hf_trainer import is_finished
+from memrl.train.processes import format_command, run_logged
 
 STAGE_ENTRY = "memrl.app.stage_main"
-TRL_LOG = "trl.log"  # a relaunched TRL stage's output, in its stage folder
+TRL_LOG = "trl.log"  # a spawned TRL stage's output, in its stage folder
 
 
 def resolved_recipe(ctx: RunContext) -> Path:
@@ -32,7 +32,7 @@ def shown(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     return f"{prefix} {format_command(argv)}" if prefix else format_command(argv)
 
 
-def relaunch(
+def spawn_stage(
     argv: Sequence[str], ctx: RunContext, name: str, *, launcher: str, log: str, env: Mapping[str, str] | None = None
 ) -> Path:
     """Run the launch (its output to the console and `log` in the stage folder); the stage's `final/` must exist
@@ -47,36 +47,36 @@ def relaunch(
     return out / "final"
 
 
-def trl_stage_launch(stage: Any, ctx: RunContext, name: str) -> distributed.Launch | None:
-    """How a TRL stage leaves this process (see `memrl.train.distributed.trl_launch`), on the GPUs its placement
+def trl_stage_spawn(stage: Any, ctx: RunContext, name: str) -> distributed.Spawn | None:
+    """How a TRL stage leaves this process (see `memrl.train.distributed.trl_spawn`), on the GPUs its placement
     plan leaves the trainer; None: it trains here."""
     from memrl.train.placement import stage_plan
 
     trainer_gpus = stage_plan(stage, None).trainer_gpus
-    return distributed.trl_launch(
+    return distributed.trl_spawn(
         STAGE_ENTRY,
         resolved_recipe(ctx),
         name,
         stage.cluster,
         distributed.visible_gpus(),
-        inside=distributed.launched(),
+        inside=distributed.is_rank(),
         trainer_gpus=trainer_gpus,
     )
 
 
 def run_trl(stage: Any, ctx: RunContext, name: str, train: Callable[[], Path]) -> Path:
-    """`train()` here (CPU, one GPU, or one rank of a launch), else the same stage relaunched on this node's GPUs."""
-    if (launch := trl_stage_launch(stage, ctx, name)) is None:
+    """`train()` here (CPU, one GPU, or one rank of a spawned stage), else the stage spawned on this node's GPUs."""
+    if (spawn := trl_stage_spawn(stage, ctx, name)) is None:
         return train()
-    ctx.console.print(f"{name}: {launch.launcher}")
-    return relaunch(launch.argv, ctx, name, launcher=launch.launcher, log=TRL_LOG, env=launch.env)
+    ctx.console.print(f"{name}: {spawn.launcher}")
+    return spawn_stage(spawn.argv, ctx, name, launcher=spawn.launcher, log=TRL_LOG, env=spawn.env)
 
 
 def plan_trl(stage: Any, ctx: RunContext, name: str, what: str, base: str) -> list[str]:
-    """`what` in-process, or the launch command that runs it; then the placement plan of the stage on a GPU node."""
+    """`what` in-process, or the command that spawns it; then the placement plan of the stage on a GPU node."""
     from memrl.train.placement import stage_plan
 
     placement = stage_plan(stage, base).text()
-    if (launch := trl_stage_launch(stage, ctx, name)) is None:
+    if (spawn := trl_stage_spawn(stage, ctx, name)) is None:
         return [f"{what} in-process", placement]
-    return [f"{what} under {launch.launcher}", shown(launch.argv, launch.env), placement]
+    return [f"{what} under {spawn.launcher}", shown(spawn.argv, spawn.env), placement]

@@ -1,0 +1,56 @@
+"""What TRL's SFT and GRPO runs share beyond the HF Trainer's part (memrl.train.hf_trainer): prompt length, gradient
+accumulation, the LoRA config, the final save."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from memrl.core.checkpoints import CheckpointInfo
+from memrl.core.errors import ConfigError
+from memrl.train.config import LoraConfig
+from memrl.train.distributed import world_size
+from memrl.train.hf_trainer import TrainContext
+
+
+def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    """Tokens of a chat prompt with the generation header. Newer tokenizers return a BatchEncoding, not a list."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return len(ids["input_ids"] if not isinstance(ids, list) else ids)
+
+
+def accumulation_steps(total: int, micro: int, stage: str, what: str, processes: int | None = None) -> int:
+    """Gradient accumulation that turns micro batches on each of `processes` devices (default: this launch's world
+    size, 1 outside a launcher) into the stage's global batch."""
+    processes = world_size() if processes is None else processes
+    steps, remainder = divmod(total, micro * processes)
+    if remainder:
+        devices = f" x {processes} processes" if processes > 1 else ""
+        raise ConfigError(f"stages.{stage}: {what} ({total}) must be a multiple of micro_batch_size ({micro}){devices}")
+    return steps
+
+
+def peft_config(lora: LoraConfig) -> Any:
+    from peft import LoraConfig as PeftLoraConfig
+
+    return PeftLoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def save_final(trainer: Any, tokenizer: Any, ctx: TrainContext, *, base: str, trainer_name: str) -> Path:
+    """Write `final/` atomically enough: the info file goes last, so its presence means the stage finished."""
+    final = ctx.out_dir / "final"
+    trainer.save_model(str(final))  # on every rank: a sharded model is gathered here
+    if not trainer.is_world_process_zero():  # one of several processes: rank 0 writes the rest
+        return final
+    tokenizer.save_pretrained(str(final))
+    (ctx.out_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
+    adapter = (final / "adapter_config.json").is_file()
+    CheckpointInfo(base, trainer_name, ctx.stage, int(trainer.state.global_step), adapter).save(final)
+    return final
