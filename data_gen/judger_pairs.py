@@ -2,7 +2,7 @@
 
 `memrl data judger` (data_gen/judger.py) builds the pairs and judger training its dev split; both write them with
 `write_pairs`. Judger training and evaluation read them with `read_pairs`, which refuses a bad row in one line naming
-`PATH:LINE` and the field. No pydantic here: judger training imports it on the GPU machine.
+`PATH:LINE` and the field. A plain dataclass, no pydantic model: the trainers read it.
 """
 
 from __future__ import annotations
