@@ -36,7 +36,10 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memrl.envs.collab.records import SessionRecord
 
 HERE = Path(__file__).parent
 RECIPE = "collaborator-quickstart"
@@ -293,11 +296,11 @@ def grpo_rows(memrl: dict[str, Any], trl: dict[str, Any]) -> dict[str, Any]:
 # ---- 2. held-out session --------------------------------------------------------------------------------------------
 
 
-def agent_contexts(record: dict[str, Any], section: str, notes: str, reply_tokens: int, reply: Any) -> list[Any]:
+def agent_contexts(record: SessionRecord, section: str, notes: str, reply_tokens: int, reply: Any) -> list[Any]:
     """The agent's messages before each of its replies in a finished session, and the reply it gave."""
     from memrl.envs.collab.prompts import agent_messages
 
-    turns = [{"role": t["role"], "content": t["content"]} for t in record["turns"]]
+    turns = [{"role": t["role"], "content": t["content"]} for t in record.turns]
     return [
         (agent_messages(section, notes, turns[:i], reply_tokens, reply), t["content"])
         for i, t in enumerate(turns)
@@ -356,11 +359,11 @@ def heldout(loaded: Any, out_dir: Path, dtype: str) -> dict[str, Any]:
     records = run_collab(played, out_dir, Console(quiet=True))
     wall = time.perf_counter() - start
     # the sessions alone, first start to last finish: no server, model or Ray start-up
-    sessions = max(r["finished_at"] for r in records) - min(r["started_at"] for r in records)
+    sessions = max(r.finished_at for r in records) - min(r.started_at for r in records)
     section = str(cfg.agent)
     by_round: dict[int, list[tuple[Any, str]]] = defaultdict(list)
     for r in records:
-        oracle = "\n".join(f"- {as_prompt_text(get_preference(p))}" for p in r["preferences"])
+        oracle = "\n".join(f"- {as_prompt_text(get_preference(p))}" for p in r.preferences)
         notes = oracle if section == "oracle" else ""  # what the agent kinds a collab_grpo stage trains know
         for k, pair in enumerate(agent_contexts(r, section, notes, training.max_turn_tokens, cfg.reply)):
             by_round[k].append(pair)

@@ -75,7 +75,7 @@ async def _scripted(users: int, sessions: int) -> dict[str, float]:
         for index, problem in enumerate(problems):
             spec = SessionSpec(profile, problem, index)  # type: ignore[arg-type]
             record, memory = await run_session(spec, agent, simulator, grader, memory)
-            turns += sum(t["role"] == "assistant" for t in record["turns"])
+            turns += sum(t["role"] == "assistant" for t in record.turns)
 
     start = time.perf_counter()
     await asyncio.gather(*(one_user(p) for p in sample_profiles(users, 0)))
@@ -96,12 +96,12 @@ def _fixed_latency(
     calls = served(base) - before
     if len(records) != users * sessions:  # a failed session is logged and skipped: the rates would mean nothing
         raise SystemExit(f"{workers} actor(s): {len(records)} of {users * sessions} sessions finished")
-    window = max(r["finished_at"] for r in records) - min(r["started_at"] for r in records)
+    window = max(r.finished_at for r in records) - min(r.started_at for r in records)
     concurrency = min(users, in_flight)  # each user runs its sessions, and each session its calls, one at a time
     ideal = calls * latency / concurrency
-    start = min(r["started_at"] for r in records)
+    start = min(r.started_at for r in records)
     # Actors start one by one (a process each, importing memrl): until the last one runs, fewer calls are in flight.
-    skew = max(r["started_at"] for r in records if r["session"] == 0) - start
+    skew = max(r.started_at for r in records if r.session == 0) - start
     return {
         "workers": workers,
         "sessions": len(records),

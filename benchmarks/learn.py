@@ -56,10 +56,11 @@ def reflector_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], 
 def collaborator_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], Units]:
     """Trained - base preference share per held-out session (`report.json` `heldout`)."""
     from memrl.app.stages.heldout import pair_key, session_metrics
+    from memrl.envs.collab.records import read_sessions
 
     held = report["heldout"]
-    sides = [{pair_key(r): session_metrics(r)["preference"] for r in read_jsonl(run / "heldout" / s / "sessions.jsonl")}
-             for s in ("base", "trained")]  # fmt: skip
+    played = [read_sessions(run / "heldout" / side / "sessions.jsonl") for side in ("base", "trained")]
+    sides = [{pair_key(r): session_metrics(r)["preference"] for r in records} for records in played]
     keys = sorted(sides[0].keys() & sides[1].keys())
     units = [sides[1][k] - sides[0][k] for k in keys if sides[0][k] is not None and sides[1][k] is not None]
     return {"n": held["n"], "delta": held["delta"]["preference"], "ci95": held["ci95"]["preference"]}, units

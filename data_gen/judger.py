@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from memrl.core.errors import ConfigError, MemrlError
-from memrl.core.files import atomic_write_json, read_jsonl, write_jsonl
+from memrl.core.errors import MemrlError
+from memrl.core.files import atomic_write_json
 from memrl.core.outcomes import NothingDoneError
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 from memrl.data_gen.config import JudgerDataConfig
+from memrl.data_gen.judger_pairs import JudgerPair, write_pairs
 from memrl.envs.tod.extract import folder_schemas
 from memrl.envs.tod.formats import Individual, LoadProblems, Session, as_dicts, load_tod_dir
 from memrl.envs.tod.labels import NEGATIVE_KINDS, label
@@ -37,7 +38,7 @@ from memrl.rollout.base import SamplingParams
 SPLITS = ("train", "eval")
 
 
-def query_rows(ind: Individual, session: Session, bank: MemoryBank, schemas: Schemas) -> list[dict[str, Any]]:
+def query_rows(ind: Individual, session: Session, bank: MemoryBank, schemas: Schemas) -> list[JudgerPair]:
     """One row per QA pair of the sessions before `session` (a confirming session that can be scored)."""
     assert session.confirmation_state is not None
     goal = session.confirmation_state.slot_values
@@ -46,39 +47,39 @@ def query_rows(ind: Individual, session: Session, bank: MemoryBank, schemas: Sch
     intent = schemas.intent(session.service, session.intent)
     missing = schema_missing_slots(context, intent, goal)
     query_id = f"{ind.persona_id}/{session.session_id}"
-    shared = {
-        "query_id": query_id,
-        "persona_id": ind.persona_id,
-        "session_id": session.session_id,
-        "service": session.service,
-        "intent": session.intent,
-        "context": as_dicts(context),
-        "intent_query": schema_intent_query(context, session.service, session.intent, schemas, goal),
-        "missing_slots": missing,
-        "missing_descriptions": [schemas.slot(session.service, s).description for s in missing],
-    }
+    turns = tuple(as_dicts(context))
+    intent_query = schema_intent_query(context, session.service, session.intent, schemas, goal)
+    descriptions = tuple(schemas.slot(session.service, s).description for s in missing)
     rows = []
     for unit in bank.before(session.session_id):
         for pair in unit.qa:
             kind = label(session, goal, filled, unit.reference_dialogue_id, unit.intent, pair.slot, pair.answer)
             rows.append(
-                {
-                    "key": f"{query_id}/{unit.session_id}/{pair.slot}",
-                    **shared,
-                    "memory_session_id": unit.session_id,
-                    "memory_intent": unit.intent_description,
-                    "memory_service": unit.service,
-                    "slot": pair.slot,
-                    "question": pair.question,
-                    "answer": pair.answer,
-                    "label": int(kind is None),
-                    "negative": kind,
-                }
+                JudgerPair(
+                    key=f"{query_id}/{unit.session_id}/{pair.slot}",
+                    query_id=query_id,
+                    persona_id=ind.persona_id,
+                    session_id=session.session_id,
+                    service=session.service,
+                    intent=session.intent,
+                    context=turns,
+                    intent_query=intent_query,
+                    missing_slots=tuple(missing),
+                    missing_descriptions=descriptions,
+                    memory_session_id=unit.session_id,
+                    memory_intent=unit.intent_description,
+                    memory_service=unit.service,
+                    slot=pair.slot,
+                    question=pair.question,
+                    answer=pair.answer,
+                    label=int(kind is None),
+                    negative=kind,
+                )
             )
     return rows
 
 
-def individual_rows(ind: Individual, bank: MemoryBank, schemas: Schemas) -> list[dict[str, Any]]:
+def individual_rows(ind: Individual, bank: MemoryBank, schemas: Schemas) -> list[JudgerPair]:
     return [r for s in ind.sessions if s.scored for r in query_rows(ind, s, bank, schemas)]
 
 
@@ -101,26 +102,26 @@ def split_individuals(
     return [i for i in ids if i not in held], held
 
 
-def check_disjoint(train: Iterable[Mapping[str, Any]], eval_: Iterable[Mapping[str, Any]]) -> None:
+def check_disjoint(train: Iterable[JudgerPair], eval_: Iterable[JudgerPair]) -> None:
     """Fail when a persona id appears in both splits' rows."""
     check_splits_disjoint(
         train,
         eval_,
-        key=lambda r: int(r["persona_id"]),
+        key=lambda r: r.persona_id,
         message="train and eval share {n} individual(s): persona {shared}; split the judger data by individual",
         error=MemrlError,
     )
 
 
-def split_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    positives = sum(int(r["label"]) for r in rows)
-    kinds = Counter(str(r["negative"]) for r in rows if not r["label"])
-    queries = Counter(str(r["query_id"]) for r in rows)
-    gold = {str(r["query_id"]) for r in rows if r["label"]}
+def split_stats(rows: Sequence[JudgerPair]) -> dict[str, Any]:
+    positives = sum(r.label for r in rows)
+    kinds = Counter(str(r.negative) for r in rows if not r.label)
+    queries = Counter(r.query_id for r in rows)
+    gold = {r.query_id for r in rows if r.label}
     return {
         "rows": len(rows),
         "queries": len(queries),
-        "individuals": len({r["persona_id"] for r in rows}),
+        "individuals": len({r.persona_id for r in rows}),
         "positives": positives,
         "negatives": len(rows) - positives,
         "positive_rate": round(positives / len(rows), 4) if rows else 0.0,
@@ -128,15 +129,6 @@ def split_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "queries_without_positive": len(queries) - len(gold),
         "candidates_per_query": round(len(rows) / len(queries), 2) if queries else 0.0,
     }
-
-
-def write_rows(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
-    """One JSON object a line, written atomically."""
-    return write_jsonl(rows, path)
-
-
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    return read_jsonl(path, ConfigError)
 
 
 def schema_path(tod_dir: str | Path, schema: str | Path | None = None) -> Path:
@@ -189,7 +181,7 @@ def build_judger_dataset(cfg: JudgerDataConfig, out: str | Path) -> dict[str, An
         for name, ids in (("train", train_ids), ("eval", eval_ids))
     }
     check_disjoint(splits["train"], splits["eval"])
-    keys = [r["key"] for rows in splits.values() for r in rows]
+    keys = [r.key for rows in splits.values() for r in rows]
     if len(set(keys)) != len(keys):  # a memory unit with two pairs for one slot would collide
         dup = next(k for k, n in Counter(keys).items() if n > 1)
         raise TodDataError(f"{tod_dir}: memory holds two QA pairs for one slot of one session ({dup})")
@@ -202,7 +194,7 @@ def build_judger_dataset(cfg: JudgerDataConfig, out: str | Path) -> dict[str, An
             )
     out = Path(out)
     for name, rows in splits.items():
-        write_rows(rows, out / name / "pairs.jsonl")
+        write_pairs(rows, out / name / "pairs.jsonl")
     stats = {
         "tod_dir": str(tod_dir),
         "seed": seed,

@@ -11,12 +11,11 @@ import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from rich.console import Console
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import open_text, parse_json
 from memrl.core.outcomes import NothingDoneError
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 from memrl.data_gen.config import ReflectionDataConfig
@@ -24,6 +23,7 @@ from memrl.data_gen.gold import NOTES, compose_notes, compose_reasoning, gold_js
 from memrl.data_gen.records import ReflectionRecord
 from memrl.data_gen.writers import Stats, write_dataset
 from memrl.envs.collab.prompts import reflection_messages
+from memrl.envs.collab.records import SessionRecord, read_sessions
 from memrl.rewards.format import REFLECTION_KEYS
 from memrl.rollout.base import Message
 from memrl.rollout.json_output import JSONParseFailure, field_text, parse_json_object
@@ -37,13 +37,11 @@ __all__ = [
     "build_from_sessions",
     "build_records",
     "check_disjoint",
-    "load_sessions",
     "require_records",
     "write_dataset",
 ]
 
 GoldSource = Literal["composed", "teacher"]
-REQUIRED_KEYS = ("user_id", "session", "problem_id", "task", "preferences", "turns")
 
 
 @dataclass
@@ -91,30 +89,10 @@ class Skipped:
 # --- loading ------------------------------------------------------------------------------------------------------
 
 
-def load_sessions(path: str | Path) -> list[dict[str, Any]]:
-    """The session records of one `sessions.jsonl`; ConfigError naming file:line on anything malformed."""
-    path = Path(path)
-    if not path.exists():  # open_text names any other kind: "PATH: a FIFO (named pipe), not a file"
-        raise ConfigError(f"sessions file not found: {path}")
-    records = []
-    with open_text(path, ConfigError) as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            record = parse_json(line, f"{path}:{number}", ConfigError, line=False)
-            if not isinstance(record, dict):
-                raise ConfigError(f"{path}:{number}: expected a session record (JSON object)")
-            missing = [k for k in REQUIRED_KEYS if k not in record]
-            if missing:
-                raise ConfigError(f"{path}:{number}: session record lacks {', '.join(missing)}")
-            records.append(record)
-    return records
-
-
-def load_split(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+def load_split(paths: Sequence[str | Path]) -> list[SessionRecord]:
     """The session records of one split's files; files holding none are a ConfigError naming them, on the command
     and the stage alike (a split with no session would only fail later, as "no records")."""
-    records = [s for path in paths for s in load_sessions(path)]
+    records = [s for path in paths for s in read_sessions(path)]
     if not records:
         raise ConfigError(f"no session records in {', '.join(map(str, paths))}")
     return records
@@ -123,24 +101,18 @@ def load_split(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
 # --- what one session teaches -------------------------------------------------------------------------------------
 
 
-def _name(record: dict[str, Any]) -> str:
-    return f"{record.get('user_id')}/s{record.get('session')}"
+def _name(record: SessionRecord) -> str:
+    return f"{record.user_id}/s{record.session}"
 
 
-def _conversation(record: dict[str, Any]) -> tuple[Message, ...]:
-    return tuple(Message(role=t["role"], content=t["content"]) for t in record["turns"])
+def _conversation(record: SessionRecord) -> tuple[Message, ...]:
+    return tuple(Message(role=t["role"], content=t["content"]) for t in record.turns)
 
 
-def _enforcements(record: dict[str, Any]) -> tuple[str, ...]:
-    if "enforcing_utterances" in record:
-        return tuple(record["enforcing_utterances"])
-    return tuple(t["content"] for t in record["turns"] if t["role"] == "user" and t.get("enforce"))
-
-
-def _enforced_ids(record: dict[str, Any]) -> tuple[str, ...]:
+def _enforced_ids(record: SessionRecord) -> tuple[str, ...]:
     """Preference ids named in the `violated` lists of enforcing user turns, first occurrence first."""
     seen: dict[str, None] = {}
-    for turn in record["turns"]:
+    for turn in record.turns:
         if turn["role"] == "user" and turn.get("enforce"):
             for pid in turn.get("violated") or ():
                 if pid not in NOTES:
@@ -149,10 +121,10 @@ def _enforced_ids(record: dict[str, Any]) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _teacher_gold(record: dict[str, Any]) -> tuple[str, str] | None:
+def _teacher_gold(record: SessionRecord) -> tuple[str, str] | None:
     """(reasoning, notes) of the run's own reflection, or None when there is no usable one."""
     reasoning_key, notes_key = REFLECTION_KEYS
-    parsed = parse_json_object(record.get("reflection_raw") or "", required=(notes_key,))
+    parsed = parse_json_object(record.reflection_raw, required=(notes_key,))
     if isinstance(parsed, JSONParseFailure):
         return None
     notes = field_text(parsed.data.get(notes_key)).strip()
@@ -161,27 +133,22 @@ def _teacher_gold(record: dict[str, Any]) -> tuple[str, str] | None:
     return field_text(parsed.data.get(reasoning_key)).strip(), notes
 
 
-def _by_user(sessions: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    users: dict[str, list[dict[str, Any]]] = {}
+def _by_user(sessions: Iterable[SessionRecord]) -> dict[str, list[SessionRecord]]:
+    users: dict[str, list[SessionRecord]] = {}
     seen: set[tuple[str, int]] = set()
     for record in sessions:
-        missing = [k for k in REQUIRED_KEYS if k not in record]
-        if missing:
-            raise ConfigError(f"session {_name(record)}: record lacks {', '.join(missing)}")
-        if isinstance(record["session"], bool) or not isinstance(record["session"], int):
-            raise ConfigError(f"session {_name(record)}: `session` must be an integer index")
-        ident = (str(record["user_id"]), record["session"])
+        ident = (record.user_id, record.session)
         if ident in seen:
             raise ConfigError(f"session {_name(record)} appears twice in the input")
         seen.add(ident)
-        users.setdefault(ident[0], []).append(record)
+        users.setdefault(record.user_id, []).append(record)
     for records in users.values():
-        records.sort(key=lambda r: r["session"])
+        records.sort(key=lambda r: r.session)
     return users
 
 
 def build_records(
-    sessions: Iterable[dict[str, Any]], gold: GoldSource = "composed"
+    sessions: Iterable[SessionRecord], gold: GoldSource = "composed"
 ) -> tuple[list[ReflectionRecord], SkipCounts]:
     """Reflection records of one split, users in first-seen order and each user's sessions by index."""
     if gold not in ("composed", "teacher"):
@@ -193,9 +160,9 @@ def build_records(
         for record in user_sessions:
             carried, enforced = expected, _enforced_ids(record)
             expected = carried + tuple(pid for pid in enforced if pid not in carried)
-            enforcements = _enforcements(record)
+            enforcements = record.enforcing_utterances
             # composed: the chain restarts at the user's first session; each step adds what was enforced
-            notes_before = compose_notes(carried) if gold == "composed" else str(record.get("notes_before") or "")
+            notes_before = compose_notes(carried) if gold == "composed" else record.notes_before
             if not enforcements and not notes_before.strip():
                 skipped.nothing_to_learn += 1
                 continue
@@ -211,15 +178,14 @@ def build_records(
                     continue
                 reasoning, notes = teacher
             conversation = _conversation(record)
-            session = int(record["session"])
             records.append(
                 ReflectionRecord(
-                    key=f"{user_id}/s{session}",
+                    key=_name(record),
                     user_id=user_id,
-                    problem_id=str(record["problem_id"]),
-                    session=session,
-                    task=str(record["task"]),
-                    preferences=tuple(record["preferences"]),
+                    problem_id=record.problem_id,
+                    session=record.session,
+                    task=record.task,
+                    preferences=record.preferences,
                     enforced=enforced,
                     expected=expected,
                     enforcements=enforcements,
@@ -247,7 +213,7 @@ def check_disjoint(train: Sequence[ReflectionRecord], eval_: Sequence[Reflection
 
 
 def build_from_sessions(
-    train_sessions: Sequence[dict[str, Any]], eval_sessions: Sequence[dict[str, Any]], gold: GoldSource = "composed"
+    train_sessions: Sequence[SessionRecord], eval_sessions: Sequence[SessionRecord], gold: GoldSource = "composed"
 ) -> tuple[list[ReflectionRecord], list[ReflectionRecord], Skipped]:
     """Train and eval records from the session records of disjoint collab runs (checked)."""
     train, train_skipped = build_records(train_sessions, gold)
@@ -297,12 +263,12 @@ def build_reflection_data(
 
 def _collab_sessions(
     cfg: ReflectionDataConfig, split: str, users: int, out: Path, console: Console, seed: int, what: str
-) -> list[dict]:
+) -> list[SessionRecord]:
     """The split's finished sessions; fails (writing no dataset) when fewer than `min_success` of those run finished."""
-    from memrl.envs.collab.runner import collab_run
+    from memrl.envs.collab.runner import collab_run, finished_sessions
 
     collab = cfg.collab.model_copy(update={"split": split, "users": users, "seed": seed})
     run = collab_run(collab, out, console)
     then = f"no dataset written; a rerun runs them again ({out / 'failed.jsonl'})"
     run.check(f"{what} ({split} split)", cfg.min_success, then)
-    return run.records
+    return finished_sessions(run, out)

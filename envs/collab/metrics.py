@@ -17,17 +17,18 @@ from typing import Any
 
 from memrl.core.errors import ConfigError
 from memrl.core.files import read_json
+from memrl.envs.collab.records import SessionRecord
 
 METRICS = ("task_success", "user_effort", "length")
 _LABELS = {"task_success": "task success", "user_effort": "user effort", "length": "conversation length"}
 
 
-def _means(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    return {m: round(fmean(r[m] for r in records), 4) for m in METRICS} | {"sessions": len(records)}
+def _means(records: Sequence[SessionRecord]) -> dict[str, float]:
+    return {m: round(fmean(getattr(r, m) for r in records), 4) for m in METRICS} | {"sessions": len(records)}
 
 
-def _grouped(records: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> dict[Any, list]:
-    groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+def _grouped(records: Iterable[SessionRecord], key: Callable[[SessionRecord], Any]) -> dict[Any, list]:
+    groups: dict[Any, list[SessionRecord]] = defaultdict(list)
     for r in records:
         groups[key(r)].append(r)
     return dict(sorted(groups.items()))
@@ -47,47 +48,47 @@ def count_tokens(text: str) -> int:
     return len(_tokenizer()(text, add_special_tokens=False, verbose=False)["input_ids"]) if text else 0
 
 
-def _token_report(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+def _token_report(records: Sequence[SessionRecord]) -> dict[str, float]:
     """Per user after the last session: tokens of the notes vs tokens of every transcript so far."""
     notes, history = [], []
-    for user_records in _grouped(records, lambda r: r["user_id"]).values():
-        last = max(user_records, key=lambda r: r["session"])
-        notes.append(count_tokens(last["notes_after"]))
-        history.append(sum(count_tokens("\n".join(t["content"] for t in r["turns"])) for r in user_records))
+    for user_records in _grouped(records, lambda r: r.user_id).values():
+        last = max(user_records, key=lambda r: r.session)
+        notes.append(count_tokens(last.notes_after))
+        history.append(sum(count_tokens("\n".join(t["content"] for t in r.turns)) for r in user_records))
     return {"memory_tokens": round(fmean(notes), 1), "history_tokens": round(fmean(history), 1)}
 
 
-def _fidelity(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _fidelity(records: Sequence[SessionRecord]) -> dict[str, Any]:
     """How often the simulator's enforcement matches the checkers, on turns the checkers could decide."""
     agree = total = 0
     for r in records:
-        for t in r["turns"]:
+        for t in r.turns:
             if t["role"] == "user" and t.get("checker_decided"):
                 total += 1
                 agree += bool(t["checker_violated"]) == bool(t["enforce"])
     return {"agree": agree, "turns": total, "rate": round(agree / total, 4) if total else None}
 
 
-def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def compute_metrics(records: Sequence[SessionRecord]) -> dict[str, Any]:
     if not records:
         return {"sessions": 0}
     failures: dict[str, int] = defaultdict(int)
     truncations: dict[str, int] = defaultdict(int)
     for r in records:
-        for k, v in r["parse_failures"].items():
+        for k, v in r.parse_failures.items():
             failures[k] += v
-        for k, v in r.get("truncations", {}).items():  # absent from runs recorded before it was counted
+        for k, v in r.truncations.items():
             truncations[k] += v
-    per_user = {u: _means(rs) for u, rs in _grouped(records, lambda r: r["user_id"]).items()}
+    per_user = {u: _means(rs) for u, rs in _grouped(records, lambda r: r.user_id).items()}
     # The paper averages over each user's sessions first, then over users.
     overall = {m: round(fmean(u[m] for u in per_user.values()), 4) for m in METRICS}
     return {
         **overall,
         "sessions": len(records),
         "users": len(per_user),
-        "per_session": [{"session": s} | _means(rs) for s, rs in _grouped(records, lambda r: r["session"]).items()],
+        "per_session": [{"session": s} | _means(rs) for s, rs in _grouped(records, lambda r: r.session).items()],
         "per_user": per_user,
-        "per_task": {t: _means(rs) for t, rs in _grouped(records, lambda r: r["task"]).items()},
+        "per_task": {t: _means(rs) for t, rs in _grouped(records, lambda r: r.task).items()},
         "parse_failures": dict(failures),
         "truncations": dict(truncations),
         "simulator_fidelity": _fidelity(records),
@@ -133,7 +134,7 @@ def failure_report(failed: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"failed_sessions": len(failed), "failed": [{k: r.get(k) for k in keep} for r in failed]}
 
 
-def write_report(records: Sequence[dict[str, Any]], out: Path, failed: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+def write_report(records: Sequence[SessionRecord], out: Path, failed: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """metrics.json and sessions.png in `out`; `failed` sessions are listed and counted, not averaged."""
     metrics = compute_metrics(records) | failure_report(failed)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")

@@ -29,6 +29,7 @@ from memrl.envs.collab.checkers import TurnContext, Verdict, is_clarifying_quest
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile
 from memrl.envs.collab.prompts import ReplyFormat, agent_messages
+from memrl.envs.collab.records import Turn
 from memrl.envs.collab.user_sim import checker_verdicts
 from memrl.rewards.collab_episode import met_share
 from memrl.rollout.base import ChatBackend, Message, SamplingParams
@@ -128,11 +129,11 @@ def next_problem(row: NextSessionRow, problems: Sequence[Problem], seed: int) ->
     return pool[int.from_bytes(digest[:8], "big") % len(pool)]
 
 
-async def session_share(record: Mapping[str, Any], profile: UserProfile, judge: PreferenceJudge | None) -> float:
-    """Per agent reply, the share of the user's preferences it does not violate; their mean (graded as the collab
-    reward's `preference` part is, so a reader that meets one preference more than before is seen). The last reply
-    is checked as the conversation winds down (when `takeaways` applies)."""
-    replies = [t["content"] for t in record["turns"] if t["role"] == "assistant"]
+async def session_share(turns: Sequence[Turn], profile: UserProfile, judge: PreferenceJudge | None) -> float:
+    """Per agent reply of `turns`, the share of the user's preferences it does not violate; their mean (graded as
+    the collab reward's `preference` part is, so a reader that meets one preference more than before is seen). The
+    last reply is checked as the conversation winds down (when `takeaways` applies)."""
+    replies = [t["content"] for t in turns if t["role"] == "assistant"]
     if not replies:
         return 0.0
     broken: list[set[str]] = []

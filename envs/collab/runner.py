@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import importlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import AnswerKind, Problem, get_task, problems_for
 from memrl.envs.collab.profiles import UserProfile, profiles_for
+from memrl.envs.collab.records import SessionRecord
 from memrl.envs.collab.session import SessionSpec, failed_record, run_session, session_key
 from memrl.envs.collab.user_sim import LLMUserSimulator, RuleUserSimulator, UserSimulator
 from memrl.envs.driver import Chain, DrivenRun, Schedule, World, drive
@@ -140,8 +141,7 @@ class SessionRunner:
             )
         except BackendError as exc:  # the endpoint failed after the client's own retries: a failed session
             return failed_record(spec, self.agent.kind.value, first_line(exc))
-        record["node"] = _ray_node()
-        return record
+        return replace(record, node=_ray_node()).to_dict()
 
 
 def _ray_node() -> str | None:
@@ -154,12 +154,21 @@ def _ray_node() -> str | None:
 # --- driver -------------------------------------------------------------------------------------------------------
 
 
-def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[dict[str, Any]]:
+def run_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> list[SessionRecord]:
     """Run (or resume) the evaluation into `out`; return every finished session record, or fail in one line when
     sessions failed and none finished (`DrivenRun.check`)."""
     run = collab_run(cfg, out, console)
     run.check(f"collab run {out}")
-    return run.records
+    return finished_sessions(run, out)
+
+
+def finished_sessions(run: DrivenRun, out: Path) -> list[SessionRecord]:
+    """The run's finished sessions, typed: those an earlier run left in `out` are read as strictly as fresh ones."""
+    return [_session(row, out) for row in run.records]
+
+
+def _session(row: dict[str, Any], out: Path) -> SessionRecord:
+    return SessionRecord.from_dict(row, f"{out / SESSIONS_FILE}: session {row.get('key')!r}")
 
 
 def collab_run(cfg: CollabEvalConfig, out: Path, console: Console) -> DrivenRun:
@@ -176,7 +185,7 @@ def collab_run(cfg: CollabEvalConfig, out: Path, console: Console) -> DrivenRun:
         key=lambda s: session_key(s.profile.id, s.index),
         name=lambda s: f"user {s.profile.id} session {s.index}",
         args=lambda s, memory: (s.profile.to_record(), s.problem.to_record(), s.index, memory.to_record()),
-        advance=lambda _, record: AgentMemory.from_record(record["memory"]),
+        advance=lambda _, row: AgentMemory.from_record(_session(row, out).memory),
     )
     world = World(SessionRunner, needed_roles(cfg), lambda roles: WorkerSpec(cfg, roles))
     return drive(

@@ -18,6 +18,7 @@ from memrl.envs.collab.checkers import TurnContext, Verdict, is_clarifying_quest
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile
+from memrl.envs.collab.records import PlayedSession, SessionRecord, session_key
 from memrl.envs.collab.user_sim import UserSession, UserSimulator, UserTurn, checker_verdicts
 from memrl.envs.episode import PolicyReply, Step, check_step, play
 from memrl.rollout.base import Message
@@ -31,10 +32,6 @@ class SessionSpec:
     profile: UserProfile
     problem: Problem
     index: int  # 0-based position of this session in the user's sequence
-
-
-def session_key(user_id: str, index: int) -> str:
-    return f"{user_id}/{index}"
 
 
 def failed_record(spec: SessionSpec, agent: str, reason: str) -> dict[str, Any]:
@@ -102,7 +99,7 @@ class CollabEpisode:
         self._simulator = simulator
         self._grader = grader
         self._user: UserSession | None = None  # None until reset
-        self._record: dict[str, Any] | None = None  # set by the last step
+        self._outcome: PlayedSession | None = None  # set by the last step
         self._started = 0.0
         self._turns: list[Message] = []  # what the agent sees
         self._log: list[dict[str, Any]] = []  # the same turns with the user's flags and the agent's retrieval
@@ -117,7 +114,7 @@ class CollabEpisode:
         self._started = time.time()
         simulator = self._simulator if seed is None else self._simulator.seeded(seed)
         self._user = simulator.start(self.spec.profile, self.spec.problem, self.max_turns)
-        self._record = None
+        self._outcome = None
         self._turns, self._log = [], []
         self._failures = {"agent": 0, "user": 0, "retrieval": 0}
         self._truncations = {"user": 0}
@@ -146,15 +143,15 @@ class CollabEpisode:
         retrieval_failed: bool = False,
         **unknown: Any,
     ) -> Step:
-        user = check_step(self, unknown, self._user, over=self._record is not None)
+        user = check_step(self, unknown, self._user, over=self._outcome is not None)
         self._turns.append({"role": "assistant", "content": reply})
         self._log.append({"role": "assistant", "content": reply, "retrieved": retrieved})
         self._failures["agent"] += parse_failed
         self._failures["retrieval"] += retrieval_failed
         self._replies += 1
         if self.original and self._replies >= self.max_turns:  # the original loop ends before the user reads it
-            record = await self._finish(self._said_draft, "max_turns")
-            return Step(list(self._turns), self._reward(record), truncated=True, info={"ended_by": "max_turns"})
+            outcome = await self._finish(self._said_draft, "max_turns")
+            return Step(list(self._turns), self._reward(outcome), truncated=True, info={"ended_by": "max_turns"})
         turn = await user.reply(self._turns)
         view = _checker_view(self.spec, reply, turn)
         info: dict[str, Any] = {
@@ -174,47 +171,55 @@ class CollabEpisode:
             self._say(turn, view)
             self._said_draft = turn.draft_answer
             return Step(list(self._turns), info=info)
-        record = await self._finish(turn.draft_answer, ended_by)
+        outcome = await self._finish(turn.draft_answer, ended_by)
         ending = {"terminated": ended_by == "user", "truncated": ended_by == "max_turns"}
-        return Step(list(self._turns), self._reward(record), **ending, info=info | {"ended_by": ended_by})
+        return Step(list(self._turns), self._reward(outcome), **ending, info=info | {"ended_by": ended_by})
 
     @staticmethod
-    def _reward(record: dict[str, Any]) -> dict[str, float]:
-        return {name: float(record[name]) for name in ("task_success", "user_effort", "length")}
+    def _reward(outcome: PlayedSession) -> dict[str, float]:
+        return {
+            "task_success": float(outcome.task_success),
+            "user_effort": float(outcome.user_effort),
+            "length": float(outcome.length),
+        }
 
-    async def _finish(self, draft: str, ended_by: str) -> dict[str, Any]:
+    async def _finish(self, draft: str, ended_by: str) -> PlayedSession:
         spec = self.spec
         grade = await self._grader.grade(spec.problem, draft)
-        enforcing = [t["content"] for t in self._log if t["role"] == "user" and t.get("enforce")]
-        self._record = {
-            "key": session_key(spec.profile.id, spec.index),
-            "user_id": spec.profile.id,
-            "session": spec.index,
-            "task": spec.problem.task,
-            "problem_id": spec.problem.id,
-            "preferences": list(spec.profile.preferences),
-            "turns": self._log,
-            "unsaid_reaction": self._unsaid,
-            "enforcing_utterances": enforcing,
-            "draft_answer": draft,
-            "gold_answer": spec.problem.answer,
-            "grade": {"correct": grade.correct, "method": grade.method, "reasoning": grade.reasoning},
-            "task_success": int(grade.correct),
-            "user_effort": len(enforcing),
-            "length": len(self._turns),
-            "ended_by": ended_by,
-            "parse_failures": self._failures,
-            "truncations": self._truncations,
-            "started_at": self._started,
-            "finished_at": time.time(),
-        }
-        return self._record
+        enforcing = tuple(t["content"] for t in self._log if t["role"] == "user" and t.get("enforce"))
+        self._outcome = PlayedSession(
+            key=session_key(spec.profile.id, spec.index),
+            user_id=spec.profile.id,
+            session=spec.index,
+            task=spec.problem.task,
+            problem_id=spec.problem.id,
+            preferences=tuple(spec.profile.preferences),
+            turns=tuple(self._log),
+            unsaid_reaction=self._unsaid,
+            enforcing_utterances=enforcing,
+            draft_answer=draft,
+            gold_answer=spec.problem.answer,
+            grade={"correct": grade.correct, "method": grade.method, "reasoning": grade.reasoning},
+            task_success=int(grade.correct),
+            user_effort=len(enforcing),
+            length=len(self._turns),
+            ended_by=ended_by,
+            parse_failures=self._failures,
+            truncations=self._truncations,
+            started_at=self._started,
+            finished_at=time.time(),
+        )
+        return self._outcome
+
+    def outcome(self) -> PlayedSession:
+        """The environment's side of the session record (no agent kind, notes or memory); only once done."""
+        if self._outcome is None:
+            raise RuntimeError("the episode has no record before its last step")
+        return self._outcome
 
     def record(self) -> dict[str, Any]:
-        """The environment's side of the session record (no agent kind, notes or memory); only once done."""
-        if self._record is None:
-            raise RuntimeError("the episode has no record before its last step")
-        return self._record
+        """`outcome()` as plain JSON, what an `Episode` records."""
+        return self.outcome().to_dict()
 
 
 async def run_session(
@@ -225,7 +230,7 @@ async def run_session(
     memory: AgentMemory,
     max_turns: int = MAX_TURNS,
     original: bool = False,
-) -> tuple[dict[str, Any], AgentMemory]:
+) -> tuple[SessionRecord, AgentMemory]:
     """Run the session (the agent plays a `CollabEpisode`, then reflects); return its record and the agent's memory
     for the user's next session."""
     episode = CollabEpisode(spec, simulator, grader, max_turns, original)
@@ -237,34 +242,16 @@ async def run_session(
 
     final = await play(episode, policy)
     new_memory, reflection = await agent.end_session(memory, final.observation)
-    env = episode.record()
-    record = {
-        **{key: env[key] for key in ("key", "user_id", "session", "task", "problem_id")},
-        "agent": agent.kind.value,
-        **{key: env[key] for key in _OUTCOME_KEYS},
-        "notes_before": memory.notes,
-        "notes_after": new_memory.notes,
-        "reflection_reasoning": reflection.reasoning if reflection else "",
-        "reflection_raw": reflection.raw if reflection else "",
-        "parse_failures": env["parse_failures"] | {"reflection": int(bool(reflection and reflection.parse_failed))},
-        "memory": new_memory.to_record(),
-        "started_at": env["started_at"],
-        "finished_at": time.time(),
-    }
+    outcome = episode.outcome()
+    record = SessionRecord.of(
+        outcome,
+        agent=agent.kind.value,
+        notes_before=memory.notes,
+        notes_after=new_memory.notes,
+        reflection_reasoning=reflection.reasoning if reflection else "",
+        reflection_raw=reflection.raw if reflection else "",
+        parse_failures=outcome.parse_failures | {"reflection": int(bool(reflection and reflection.parse_failed))},
+        memory=new_memory.to_record(),
+        finished_at=time.time(),
+    )
     return record, new_memory
-
-
-_OUTCOME_KEYS = (
-    "preferences",
-    "turns",
-    "unsaid_reaction",
-    "enforcing_utterances",
-    "draft_answer",
-    "gold_answer",
-    "grade",
-    "task_success",
-    "user_effort",
-    "length",
-    "ended_by",
-    "truncations",
-)

@@ -10,10 +10,10 @@ ranks by default (scale-free: a judger whose probabilities sit in a narrow band 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 RetrieverKind = Literal["dense", "bm25", "hybrid"]
 RETRIEVERS: tuple[str, ...] = ("dense", "bm25", "hybrid")
@@ -35,18 +35,6 @@ class Candidate:
     def text(self) -> str:
         """What the retrievers index: the unit's intent, then the pair."""
         return f"{self.intent_description}. {self.question} {self.answer}"
-
-    @classmethod
-    def from_pair(cls, row: Mapping[str, Any]) -> Candidate:
-        """A row of judger data (`pairs.jsonl`)."""
-        return cls(
-            key=str(row["key"]),
-            unit=int(row["memory_session_id"]),
-            intent_description=str(row["memory_intent"]),
-            slot=str(row["slot"]),
-            question=str(row["question"]),
-            answer=str(row["answer"]),
-        )
 
 
 class Retriever(Protocol):

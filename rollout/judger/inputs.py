@@ -34,19 +34,6 @@ class JudgerInput:
     # session often opens with "Thank you!": without it the judger cannot tell one booking from another.
     task: str = ""
 
-    @classmethod
-    def from_pair(cls, row: Mapping[str, Any]) -> JudgerInput:
-        """A row of judger data (`pairs.jsonl`)."""
-        return cls(
-            context=[{"speaker": str(t["speaker"]), "utterance": str(t["utterance"])} for t in row["context"]],
-            missing=[str(s) for s in row["missing_slots"]],
-            question=str(row["question"]),
-            answer=str(row["answer"]),
-            intent=str(row.get("memory_intent") or ""),
-            slot=str(row.get("slot") or ""),
-            task=str(row.get("intent_query") or ""),
-        )
-
 
 def _turn(turn: Mapping[str, str]) -> str:
     return f"{turn['speaker']}: {turn['utterance']}"

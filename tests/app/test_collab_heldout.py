@@ -17,6 +17,7 @@ from memrl.app.stages.heldout import METRICS, heldout_chart, heldout_config, hel
 from memrl.app.stages.registry import kind_of
 from memrl.core.errors import ConfigError
 from memrl.core.stats import paired_difference
+from memrl.envs.collab.records import SessionRecord
 from memrl.envs.collab.runner import select_problems, select_profiles
 from memrl.train.online.config import CollabGRPOStage
 from memrl.train.online.episodes import episode_rows
@@ -25,16 +26,17 @@ from memrl.train.report import merge_report
 PREFS = ["terse", "cheerful", "numbered"]
 
 
-def _record(user: str, session: int, problem: str, broken: list[list[str]], success: int, effort: int) -> dict:
+def _record(user: str, session: int, problem: str, broken: list[list[str]], success: int, effort: int) -> SessionRecord:
     """A session record as the collab runner writes it: one user reaction per list in `broken` (the preferences
     its checkers found violated); `broken=[]`: the user reacted to no reply."""
     turns: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
     for violated in broken:
         reaction = {"role": "user", "content": "hm", "checker_violated": violated}
         turns += [{"role": "assistant", "content": "ok"}, reaction]
-    return {
+    row = {
         "user_id": user,
         "session": session,
+        "task": "arith",
         "problem_id": problem,
         "preferences": PREFS,
         "turns": turns,
@@ -42,6 +44,7 @@ def _record(user: str, session: int, problem: str, broken: list[list[str]], succ
         "user_effort": effort,
         "length": len(turns),
     }
+    return SessionRecord.from_dict(row, "test")
 
 
 BASE = [

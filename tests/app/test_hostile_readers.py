@@ -40,8 +40,8 @@ def test_a_fifo_as_a_problem_file_is_named_not_read(suffix: str, tmp_path: Path)
 
 
 def test_eval_rows_and_judger_pairs_nested_too_deeply(tmp_path: Path) -> None:
+    from memrl.data_gen.judger_pairs import read_pairs
     from memrl.train.evaluate import load_eval_split
-    from memrl.train.judger.data import read_pairs
 
     path = _deep(tmp_path / "eval.jsonl")
     for read in (lambda: load_eval_split(path, None), lambda: read_pairs(path)):

@@ -168,8 +168,8 @@ def test_two_processes_run_under_torchrun_and_save_an_adapter(
     judger_data: Path, tmp_path: Path, tiny_qwen2: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The multi-GPU path on CPU: torchrun starts two processes (gloo); the adapter is saved, merged on load."""
-    from memrl.rollout.judger import JudgerInput, load_judger
-    from memrl.train.judger.data import read_pairs
+    from memrl.data_gen.judger_pairs import read_pairs
+    from memrl.rollout.judger import load_judger
 
     (tmp_path / "two.yaml").write_text(DISTRIBUTED)
     code, stderr = _memrl_here(
@@ -182,7 +182,7 @@ def test_two_processes_run_under_torchrun_and_save_an_adapter(
     assert json.loads((final / "memrl_judger.json").read_text())["adapter"] is True
     assert "score" in json.loads((final / "adapter_config.json").read_text())["modules_to_save"]
     rows = read_pairs(judger_data / "eval" / "pairs.jsonl")[:4]
-    items = [JudgerInput.from_pair(r) for r in rows]
+    items = [r.judger_input() for r in rows]
     scorer = load_judger(final)
     assert scorer.score(items) == pytest.approx([scorer.score([item])[0] for item in items], abs=1e-5)
 

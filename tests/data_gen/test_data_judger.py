@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,9 +19,9 @@ from memrl.data_gen.judger import (
     build_judger_dataset,
     check_disjoint,
     individual_rows,
-    read_rows,
     split_individuals,
 )
+from memrl.data_gen.judger_pairs import JudgerPair, read_pairs
 from memrl.envs.tod.formats import LoadProblems, load_individual, load_tod_dir
 from memrl.envs.tod.memory import build_memory_bank
 from memrl.envs.tod.schema import load_schemas
@@ -40,37 +41,37 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, A
 def test_labels_follow_task_missing_slot_and_confirmed_value(dataset: tuple[Path, dict[str, Any]]) -> None:
     out, _ = dataset
     individuals = {i.persona_id: i for i in load_tod_dir(MSTOD)}
-    rows = read_rows(out / "train" / "pairs.jsonl") + read_rows(out / "eval" / "pairs.jsonl")
-    assert len({r["key"] for r in rows}) == len(rows)
-    kinds = {r["negative"] for r in rows if not r["label"]}
+    rows = read_pairs(out / "train" / "pairs.jsonl") + read_pairs(out / "eval" / "pairs.jsonl")
+    assert len({r.key for r in rows}) == len(rows)
+    kinds = {r.negative for r in rows if not r.label}
     assert {"same_intent", "other_intent", "filled", "superseded"} <= kinds <= set(NEGATIVE_KINDS)
-    queries: dict[str, list[dict[str, Any]]] = {}
+    queries: dict[str, list[JudgerPair]] = {}
     for row in rows:
-        queries.setdefault(row["query_id"], []).append(row)
-        ind = individuals[row["persona_id"]]
+        queries.setdefault(row.query_id, []).append(row)
+        ind = individuals[row.persona_id]
         by_session = {s.session_id: s for s in ind.sessions}
-        query, memory = by_session[row["session_id"]], by_session[row["memory_session_id"]]
-        assert query.confirming and row["memory_session_id"] < row["session_id"]  # causal: earlier sessions only
-        assert row["context"] == [{"speaker": t.speaker, "utterance": t.utterance} for t in query.context()]
+        query, memory = by_session[row.session_id], by_session[row.memory_session_id]
+        assert query.confirming and row.memory_session_id < row.session_id  # causal: earlier sessions only
+        assert list(row.context) == [{"speaker": t.speaker, "utterance": t.utterance} for t in query.context()]
         goal = ind.confirmed(query.reference_dialogue_id)
         same_task = memory.reference_dialogue_id == query.reference_dialogue_id
         restated = {s for t in query.context() for s in t.slots}
-        if row["label"]:
-            assert same_task and row["slot"] in row["missing_slots"] and row["slot"] not in restated
-            assert row["answer"] == goal[row["slot"]]
-        elif row["negative"] in ("same_intent", "other_intent"):
-            assert not same_task and (memory.intent == query.intent) == (row["negative"] == "same_intent")
-        elif row["negative"] == "filled":
-            assert same_task and row["slot"] in restated and row["answer"] == goal[row["slot"]]
+        if row.label:
+            assert same_task and row.slot in row.missing_slots and row.slot not in restated
+            assert row.answer == goal[row.slot]
+        elif row.negative in ("same_intent", "other_intent"):
+            assert not same_task and (memory.intent == query.intent) == (row.negative == "same_intent")
+        elif row.negative == "filled":
+            assert same_task and row.slot in restated and row.answer == goal[row.slot]
         else:
-            assert same_task and row["negative"] == "superseded" and row["answer"] != goal[row["slot"]]
+            assert same_task and row.negative == "superseded" and row.answer != goal[row.slot]
     assert len(queries) == 36
     for query_rows in queries.values():  # every slot the context misses has exactly one gold pair
-        goal_missing = {r["slot"] for r in query_rows if r["label"]}
-        assert goal_missing and len([r for r in query_rows if r["label"]]) == len(goal_missing)
+        goal_missing = {r.slot for r in query_rows if r.label}
+        assert goal_missing and len([r for r in query_rows if r.label]) == len(goal_missing)
         for row in query_rows:  # template memory: a unit of the same task is described by the query's anchor
-            assert not row["label"] or row["intent_query"].startswith(row["memory_intent"])
-        assert len(query_rows[0]["missing_descriptions"]) == len(query_rows[0]["missing_slots"])
+            assert not row.label or row.intent_query.startswith(row.memory_intent)
+        assert len(query_rows[0].missing_descriptions) == len(query_rows[0].missing_slots)
 
 
 def test_split_is_by_individual_and_stats_count_both(dataset: tuple[Path, dict[str, Any]]) -> None:
@@ -79,11 +80,11 @@ def test_split_is_by_individual_and_stats_count_both(dataset: tuple[Path, dict[s
     train_ids, eval_ids = stats["individuals"]["train"], stats["individuals"]["eval"]
     assert len(eval_ids) == 2 and sorted(train_ids + eval_ids) == list(range(1, 7))
     for split, ids in (("train", train_ids), ("eval", eval_ids)):
-        rows = read_rows(out / split / "pairs.jsonl")
-        assert {r["persona_id"] for r in rows} == set(ids)
+        rows = read_pairs(out / split / "pairs.jsonl")
+        assert {r.persona_id for r in rows} == set(ids)
         s = stats[split]
         assert s["rows"] == len(rows) == s["positives"] + s["negatives"]
-        assert s["positives"] == sum(r["label"] for r in rows)
+        assert s["positives"] == sum(r.label for r in rows)
         assert s["positive_rate"] == round(s["positives"] / s["rows"], 4)
         assert sum(s["negatives_by_kind"].values()) == s["negatives"]
         assert s["queries_without_positive"] == 0
@@ -94,10 +95,10 @@ def test_split_is_by_individual_and_stats_count_both(dataset: tuple[Path, dict[s
 
 
 def test_overlapping_splits_are_refused() -> None:
-    rows = [{"persona_id": 3}, {"persona_id": 5}]
-    check_disjoint(rows[:1], rows[1:])
+    rows = [SimpleNamespace(persona_id=3), SimpleNamespace(persona_id=5)]
+    check_disjoint(rows[:1], rows[1:])  # type: ignore[arg-type]
     with pytest.raises(MemrlError, match=r"train and eval share 1 individual.*persona 3"):
-        check_disjoint(rows, [{"persona_id": 3}])
+        check_disjoint(rows, [SimpleNamespace(persona_id=3)])  # type: ignore[arg-type]
     with pytest.raises(MemrlError, match="each split needs at least 1 individual"):
         split_individuals([1, 2], 2)
 
@@ -106,7 +107,7 @@ def test_released_file_gives_rows_from_what_was_said() -> None:
     schemas = load_schemas(FIXTURES / "sgd")
     ind = load_individual(RELEASE / "persona_1.json", schemas, LoadProblems())
     rows = individual_rows(ind, build_memory_bank(ind, schemas), schemas)
-    gold = {(r["query_id"], r["slot"], r["answer"]) for r in rows if r["label"]}
+    gold = {(r.query_id, r.slot, r.answer) for r in rows if r.label}
     assert gold == {
         ("1/4", "number_of_riders", "2"),
         ("1/5", "location", "Emeryville"),
@@ -115,7 +116,7 @@ def test_released_file_gives_rows_from_what_was_said() -> None:
         ("1/5", "date", "March 8th"),
     }
     # The first session said March 7th; the user moved it to the 8th later, so memory holds a superseded value.
-    superseded = [(r["memory_session_id"], r["slot"], r["answer"]) for r in rows if r["negative"] == "superseded"]
+    superseded = [(r.memory_session_id, r.slot, r.answer) for r in rows if r.negative == "superseded"]
     assert superseded == [(1, "date", "March 7th")]
 
 
@@ -161,9 +162,9 @@ def test_release_folder_with_bare_names_builds_against_an_sgd_folder(tmp_path: P
     assert dropped["slots"][0]["file"].endswith("persona_1.json")
     assert skipped["count"] == 1 and skipped["files"][0]["file"].endswith("persona_3.json")
     assert sorted(stats["individuals"]["train"] + stats["individuals"]["eval"]) == [1, 2]
-    rows = read_rows(tmp_path / "j" / "train" / "pairs.jsonl") + read_rows(tmp_path / "j" / "eval" / "pairs.jsonl")
-    assert {r["service"] for r in rows} == {"Restaurants", "RideSharing"}
-    assert any(r["negative"] == "superseded" for r in rows)
+    rows = read_pairs(tmp_path / "j" / "train" / "pairs.jsonl") + read_pairs(tmp_path / "j" / "eval" / "pairs.jsonl")
+    assert {r.service for r in rows} == {"Restaurants", "RideSharing"}
+    assert any(r.negative == "superseded" for r in rows)
     # 16 confirmed values; the memory written from the words holds 11 (not the True/False ride sharing, not the
     # lower-case "airport", not the two values persona 2 first states while confirming).
     assert printed["memory"] == stats["memory"]
@@ -206,8 +207,8 @@ def test_sessions_that_cannot_be_scored_are_no_queries(tmp_path: Path, memrl_cli
     result = _judger_cli("--tod-dir", UNSCORED, "--out", tmp_path / "j", "--eval-individuals", 1)
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout.strip())
-    rows = read_rows(tmp_path / "j" / "train" / "pairs.jsonl") + read_rows(tmp_path / "j" / "eval" / "pairs.jsonl")
-    assert {r["query_id"] for r in rows} == {"7/3", "8/2"}  # not 7/2 (empty goal) nor 7/4 (confirmed by the user)
+    rows = read_pairs(tmp_path / "j" / "train" / "pairs.jsonl") + read_pairs(tmp_path / "j" / "eval" / "pairs.jsonl")
+    assert {r.query_id for r in rows} == {"7/3", "8/2"}  # not 7/2 (empty goal) nor 7/4 (confirmed by the user)
     unscored = printed["problems"]["unscored_sessions"]
     assert unscored["count"] == 2 and [u["session_id"] for u in unscored["sessions"]] == [2, 4]
     strict = memrl_cli("data", "judger", "--tod-dir", UNSCORED, "--out", tmp_path / "s", "--strict")

@@ -21,7 +21,6 @@ from memrl.data_gen.reflection import (
     build_from_sessions,
     build_records,
     check_disjoint,
-    load_sessions,
     write_dataset,
 )
 from memrl.envs.collab.agents import AgentKind, AgentMemory, CollabAgent, Reflector
@@ -29,6 +28,7 @@ from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import Problem, load_problems, split_problems
 from memrl.envs.collab.profiles import UserProfile, sample_profiles, split_profiles
 from memrl.envs.collab.prompts import NO_NOTES, reflection_messages
+from memrl.envs.collab.records import SessionRecord, read_sessions
 from memrl.envs.collab.session import SessionSpec, run_session
 from memrl.envs.collab.user_sim import RuleUserSimulator
 from memrl.rewards.format import REFLECTION_KEYS
@@ -56,7 +56,7 @@ def sessions(tiny_qwen2: str) -> Sessions:
             for index in range(2):
                 spec = SessionSpec(profile, problems[2 * u + index], index)
                 record, memory = await run_session(spec, agent, RuleUserSimulator(grader), grader, memory, 3)
-                records.append(record)
+                records.append(record.to_dict())
         return records
 
     return {
@@ -73,6 +73,11 @@ def session_files(sessions: Sessions, tmp_path_factory: pytest.TempPathFactory) 
         paths[split] = folder / f"{split}.jsonl"
         paths[split].write_text("".join(json.dumps(r) + "\n" for r in records))
     return paths
+
+
+def _typed(rows: list[dict[str, Any]]) -> list[SessionRecord]:
+    """Session rows (edited as JSON by these tests) as the records `memrl data reflection` reads."""
+    return [SessionRecord.from_dict(row, "test") for row in rows]
 
 
 def _source(sessions: Sessions, record: ReflectionRecord) -> dict[str, Any]:
@@ -93,7 +98,7 @@ def test_every_preference_has_a_gold_note() -> None:
 
 
 def test_composed_gold_follows_the_rule_users_labels_and_chains_notes(sessions: Sessions) -> None:
-    train, eval_, skipped = build_from_sessions(sessions["train"], sessions["eval"])
+    train, eval_, skipped = build_from_sessions(_typed(sessions["train"]), _typed(sessions["eval"]))
     assert train and eval_
     assert skipped.total == len(sessions["train"]) + len(sessions["eval"]) - len(train) - len(eval_)
     by_key = {r.key: r for r in [*train, *eval_]}
@@ -137,7 +142,7 @@ def test_carried_preferences_and_skip_reasons(sessions: Sessions) -> None:
         turn["enforce"] = False
     quiet["enforcing_utterances"] = []
 
-    records, skipped = build_records([first, quiet])
+    records, skipped = build_records(_typed([first, quiet]))
     assert [r.session for r in records] == [0, 1]
     assert records[0].expected == (pid,)
     assert records[1].enforced == ()  # nothing new, but notes to keep: still a sample
@@ -145,7 +150,7 @@ def test_carried_preferences_and_skip_reasons(sessions: Sessions) -> None:
     assert records[1].gold_notes == records[1].notes_before == records[0].gold_notes
     assert "no change" in records[1].gold_reasoning and NOTES[pid].label in records[1].gold_reasoning
 
-    grown, _ = build_records([first, second])
+    grown, _ = build_records(_typed([first, second]))
     assert grown[1].expected == (pid, *[p for p in _violated_in_order(second) if p != pid])
 
     quiet_first = copy.deepcopy(quiet)
@@ -154,14 +159,14 @@ def test_carried_preferences_and_skip_reasons(sessions: Sessions) -> None:
     unlabelled["user_id"] = "someone-else"
     for turn in unlabelled["turns"]:
         turn["violated"] = []
-    records, skipped = build_records([quiet_first, unlabelled])
+    records, skipped = build_records(_typed([quiet_first, unlabelled]))
     assert records == []
     assert (skipped.nothing_to_learn, skipped.unlabelled, skipped.teacher_unparsed) == (1, 1, 0)
 
 
 def test_teacher_gold_comes_from_the_runs_reflection(sessions: Sessions) -> None:
     train = sessions["train"]
-    records, skipped = build_records(train, gold="teacher")
+    records, skipped = build_records(_typed(train), gold="teacher")
     # The tiny model writes no JSON: every reflection is unusable, each skip counted.
     assert records == []
     assert skipped.teacher_unparsed == sum(bool(s["enforcing_utterances"] or s["notes_before"]) for s in train)
@@ -172,7 +177,7 @@ def test_teacher_gold_comes_from_the_runs_reflection(sessions: Sessions) -> None
     taught[0]["reflection_raw"] = "```json\n" + json.dumps(reply) + "\n```"
     taught[1]["notes_before"] = "- End with a TL;DR."
     taught[1]["reflection_raw"] = '{"user_preferences_reasoning": "more", "agent_notes": ["TL;DR", "bullets"]}'
-    records, skipped = build_records(taught, gold="teacher")
+    records, skipped = build_records(_typed(taught), gold="teacher")
     assert [r.gold_notes for r in records] == ["- End with a TL;DR.", "- TL;DR\n- bullets"]
     assert (
         records[0].gold
@@ -183,14 +188,14 @@ def test_teacher_gold_comes_from_the_runs_reflection(sessions: Sessions) -> None
 
 
 def test_disjointness_is_checked(sessions: Sessions) -> None:
-    train, _, _ = build_from_sessions(sessions["train"], [])
+    train, _, _ = build_from_sessions(_typed(sessions["train"]), _typed([]))
     with pytest.raises(ConfigError, match=r"share \d+ user\(s\), e\.g\. 'user-") as exc:
-        build_from_sessions(sessions["train"], sessions["train"][:1])
+        build_from_sessions(_typed(sessions["train"]), _typed(sessions["train"][:1]))
     assert "\n" not in str(exc.value)
     same_problem = copy.deepcopy(sessions["eval"][:1])
     same_problem[0]["problem_id"] = train[0].problem_id
     with pytest.raises(ConfigError, match=f"problem.*{train[0].problem_id}"):
-        build_from_sessions(sessions["train"], same_problem)
+        build_from_sessions(_typed(sessions["train"]), _typed(same_problem))
     check_disjoint(train, [])
 
 
@@ -201,7 +206,7 @@ def test_every_format_loads_back_in_its_trainer(sessions: Sessions, tiny_qwen2: 
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    train, eval_, skipped = build_from_sessions(sessions["train"], sessions["eval"])
+    train, eval_, skipped = build_from_sessions(_typed(sessions["train"]), _typed(sessions["eval"]))
     stats = write_dataset(train, eval_, tmp_path, skipped)
     assert (stats.train.records, stats.eval.records) == (len(train), len(eval_))
     assert stats.train.users == len({r.user_id for r in train})
@@ -281,12 +286,12 @@ def test_bad_session_files_fail_in_one_line(session_files: dict[str, Path], tmp_
     good = session_files["train"].read_text().splitlines()
     bad.write_text(f"{good[0]}\n{{not json\n")
     with pytest.raises(ConfigError, match=rf"^{bad}:2: not valid JSON"):
-        load_sessions(bad)
+        read_sessions(bad)
     bad.write_text(f"{good[0]}\n\n" + json.dumps({"user_id": "u"}) + "\n")
     with pytest.raises(ConfigError, match=rf"^{bad}:3: session record lacks session, problem_id"):
-        load_sessions(bad)
+        read_sessions(bad)
     with pytest.raises(ConfigError, match="sessions file not found"):
-        load_sessions(tmp_path / "missing.jsonl")
+        read_sessions(tmp_path / "missing.jsonl")
     result = CliRunner().invoke(
         data_app, ["reflection", "--train-sessions", str(bad), "--eval-sessions", str(bad), "--out", str(tmp_path)]
     )

@@ -15,6 +15,7 @@ from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.metrics import compute_metrics, session_deltas, write_comparison, write_report
 from memrl.envs.collab.problems import load_problems
 from memrl.envs.collab.profiles import UserProfile
+from memrl.envs.collab.records import SessionRecord
 from memrl.envs.collab.session import SessionSpec, run_session
 from memrl.envs.collab.user_sim import RuleUserSimulator
 from memrl.rollout.base import Conversation, SamplingParams
@@ -38,21 +39,23 @@ def test_session_with_a_real_tiny_model_records_everything(tiny_backend: Any) ->
     spec = SessionSpec(USER, problems[0], 0)
     record, new_memory = asyncio.run(run_session(spec, agent, RuleUserSimulator(grader), grader, memory, 4))
 
-    turns = record["turns"]
+    turns = record.turns
     assert [t["role"] for t in turns[:4]] == ["user", "assistant", "user", "assistant"]
-    assert record["length"] == len(turns) <= 2 * 4 + 1
-    assert record["user_effort"] == sum(bool(t.get("enforce")) for t in turns) == len(record["enforcing_utterances"])
-    assert record["notes_before"] == "- The user likes bullet points."
-    assert record["notes_after"] == new_memory.notes
+    assert record.length == len(turns) <= 2 * 4 + 1
+    assert record.user_effort == sum(bool(t.get("enforce")) for t in turns) == len(record.enforcing_utterances)
+    assert record.notes_before == "- The user likes bullet points."
+    assert record.notes_after == new_memory.notes
     # A random tiny model writes no JSON: every agent call is a counted parse failure, and the run goes on.
-    failures = record["parse_failures"]
+    failures = record.parse_failures
     assert failures["agent"] == sum(t["role"] == "assistant" for t in turns)
     assert failures["retrieval"] == failures["agent"]  # notes exist, so every turn retrieved
     assert failures["reflection"] == 1
     assert new_memory.notes == memory.notes  # an unusable reflection keeps the old notes
-    assert record["task_success"] in (0, 1)
-    assert record["ended_by"] in ("user", "max_turns")
-    json.dumps(record)  # the record is plain JSON
+    assert record.task_success in (0, 1)
+    assert record.ended_by in ("user", "max_turns")
+    line = json.dumps(record.to_dict())  # the record is plain JSON, and reads back as it was
+    assert SessionRecord.from_dict(json.loads(line), "sessions.jsonl:1") == record
+    assert json.dumps(SessionRecord.from_dict(json.loads(line), "sessions.jsonl:1").to_dict()) == line
 
 
 class _Capture:
@@ -86,7 +89,7 @@ def test_agent_knowledge_per_kind(tiny_backend: Any, kind: AgentKind, expected: 
     assert absent not in system
 
 
-def _record(user: str, session: int, ts: int, ue: int, length: int, enforce_ok: bool = True) -> dict[str, Any]:
+def _record(user: str, session: int, ts: int, ue: int, length: int, enforce_ok: bool = True) -> SessionRecord:
     turns = [
         {"role": "user", "content": "a b c", "enforce": False, "violated": []},
         {"role": "assistant", "content": "d e"},
@@ -94,10 +97,12 @@ def _record(user: str, session: int, ts: int, ue: int, length: int, enforce_ok: 
     ]
     for t in turns[2:]:
         t["checker_decided"] = True
-    return {
+    row = {
         "user_id": user,
         "session": session,
         "task": "arith",
+        "problem_id": f"p{session}",
+        "preferences": ["x"],
         "task_success": ts,
         "user_effort": ue,
         "length": length,
@@ -105,6 +110,7 @@ def _record(user: str, session: int, ts: int, ue: int, length: int, enforce_ok: 
         "notes_after": "likes bullets",
         "parse_failures": {"agent": 1, "user": 0, "retrieval": 0, "reflection": 0},
     }
+    return SessionRecord.from_dict(row, "test")
 
 
 def test_metrics_average_per_user_first_and_report_fidelity(tmp_path: Path) -> None:

@@ -83,9 +83,10 @@ def test_stepping_by_hand_gives_the_record_run_session_writes(
 ) -> None:
     agent = ScriptedAgent(script)
     memory = AgentMemory("- bakes at night")
-    record, new_memory = asyncio.run(
+    played, new_memory = asyncio.run(
         run_session(SPEC, agent, _simulator(patience), Grader(), memory, max_turns)  # type: ignore[arg-type]
     )
+    record = played.to_dict()  # the line of sessions.jsonl
     episode = CollabEpisode(SPEC, _simulator(patience), Grader(), max_turns)
     first, steps = asyncio.run(_step_by_hand(episode, script))
     by_hand = episode.record()
@@ -99,6 +100,7 @@ def test_stepping_by_hand_gives_the_record_run_session_writes(
     assert set(record) - set(by_hand) == {"agent", "notes_before", "notes_after", "reflection_reasoning"} | {
         "reflection_raw",
         "memory",
+        "node",
     }
     assert (record["notes_before"], record["notes_after"]) == ("- bakes at night", new_memory.notes)
     # the agent was shown exactly the observations stepping by hand gives, and reflected on the final one

@@ -68,14 +68,6 @@ def test_intent_alignment_keeps_only_the_top_units() -> None:
     assert retrieve(query, [], bm25, top_units=2) == []
 
 
-def test_candidate_from_a_pairs_row() -> None:
-    row = {"key": "7/12/4/date", "memory_session_id": 4, "memory_intent": "reserve a table at X",
-           "slot": "date", "question": "What date?", "answer": "March 3rd", "label": 1}  # fmt: skip
-    c = Candidate.from_pair(row)
-    assert (c.key, c.unit, c.slot) == ("7/12/4/date", 4, "date")
-    assert c.text() == "reserve a table at X. What date? March 3rd"
-
-
 def test_fuse_and_minmax() -> None:
     # `minmax`, the earlier fusion: min-max retrieval score plus the raw probability.
     assert fuse([1.0, 0.0], [0.2, 0.8], 0.25, "minmax") == pytest.approx([0.4, 0.6])

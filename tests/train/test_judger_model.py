@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from memrl.data_gen.judger_pairs import read_pairs
 from memrl.envs.tod.ranking import auc
 from memrl.rollout.judger import JudgerInput, load_judger
 from memrl.train.config import JudgerStage, LoraConfig
 from memrl.train.hf_trainer import TrainContext
-from memrl.train.judger.data import read_pairs
 from memrl.train.judger.trainer import ALPHA_GRID
 
 RESTAURANTS = ["Sakura Garden", "Blue Fin", "La Piazza", "Golden Wok", "The Oak Room", "Casa Verde", "Red Lantern",
@@ -143,9 +143,7 @@ def test_the_current_task_reaches_the_judger_and_is_never_cut(model_cache: Path)
     from memrl.rollout.judger.inputs import cross_encoder_pair, prompt_parts
 
     task = "reserve a table at a restaurant; restaurant name Blue Fin"
-    row = {"context": long_item(40).context, "missing_slots": ["date", "time"], "question": "Q?", "answer": "A",
-           "intent_query": task}  # fmt: skip
-    item = JudgerInput.from_pair(row)
+    item = JudgerInput(long_item(40).context, ["date", "time"], "Q?", "A", task=task)
     assert item.task == task
     tokenizer = AutoTokenizer.from_pretrained(models.resolve("minilm"))
     first, _ = cross_encoder_pair(item, tokenizer, 96)
@@ -361,7 +359,7 @@ def test_scorer_batches_by_token_count_and_keeps_the_input_order(model_cache: Pa
 
 def assert_scores(folder: Path, pairs: Path) -> list[float]:
     rows = read_pairs(pairs / "eval" / "pairs.jsonl")[:5]
-    items = [JudgerInput.from_pair(r) for r in rows]
+    items = [r.judger_input() for r in rows]
     scorer = load_judger(folder)
     batched = scorer.score(items, batch_size=4)
     alone = [scorer.score([item])[0] for item in items]
@@ -411,7 +409,7 @@ def test_cross_encoder_learns(minilm_judger: Path, pairs: Path) -> None:
     from memrl.rollout.judger.scorer import JudgerScorer
 
     rows = read_pairs(pairs / "eval" / "pairs.jsonl")
-    items, labels = [JudgerInput.from_pair(r) for r in rows], [r["label"] for r in rows]
+    items, labels = [r.judger_input() for r in rows], [r.label for r in rows]
     trained = auc(labels, load_judger(minilm_judger).score(items))
     torch.manual_seed(0)
     head = build_head("cross_encoder", AutoTokenizer.from_pretrained(models.resolve("minilm")), 128)
@@ -495,7 +493,7 @@ def test_malformed_pairs_fail_in_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "eval" / "pairs.jsonl"
     bad.parent.mkdir()
     bad.write_text(json.dumps({"key": "1", "query_id": "q"}) + "\n")
-    with pytest.raises(ConfigError, match=r"pairs.jsonl:1: judger pair lacks field 'context'"):
+    with pytest.raises(ConfigError, match=r"pairs.jsonl:1: judger pair lacks field 'persona_id'"):
         read_pairs(require_pairs(tmp_path, "eval"))
     with pytest.raises(ConfigError, match=r"train/pairs.jsonl does not exist: build judger data with `memrl data"):
         require_pairs(tmp_path, "train")

@@ -5,49 +5,50 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from test_judger_model import query_rows, write_pairs
 
 from memrl.core.errors import ConfigError
+from memrl.data_gen.judger_pairs import JudgerPair, read_pairs
 from memrl.envs.tod.ranking import ALPHA_RULE, RankedQuery, alpha_within_noise, fact_of
-from memrl.envs.tod.retrieval import BM25Retriever, Candidate, resolve_alpha, retrieve
+from memrl.envs.tod.retrieval import BM25Retriever, resolve_alpha, retrieve
 from memrl.rollout.judger.scorer import JUDGER_FILE, JudgerInfo
 from memrl.train.config import JudgerStage
 from memrl.train.hf_trainer import TrainContext
-from memrl.train.judger.data import by_query, read_pairs, retrieved_keys, select_pairs, split_dev
+from memrl.train.judger.data import by_query, retrieved_keys, select_pairs, split_dev
 from memrl.train.judger.trainer import ALPHA_GRID, training_split
 
 
-def rows_of(personas: range, *, no_positive: set[int] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+def rows_of(personas: range, *, no_positive: set[int] = frozenset()) -> list[JudgerPair]:  # type: ignore[assignment]
     """Judger pairs of one query per persona; the personas in `no_positive` lose their positives (all labels 0)."""
     rng = random.Random(7)
     rows = [row for p in personas for row in query_rows(p, rng)]
     for row in rows:
         if row["persona_id"] in no_positive:
             row["label"], row["negative"] = 0, row["negative"] or "filled"
-    return rows
+    return [JudgerPair.from_dict(row, "test") for row in rows]
 
 
 def test_selection_keeps_queries_with_a_positive_and_the_pairs_retrieval_keeps() -> None:
     rows = rows_of(range(6), no_positive={1, 4})
     kept = retrieved_keys(rows, "bm25", 2)
     for qid, query in by_query(rows).items():  # the units evaluation ranks, computed the way it computes them
-        ranked = retrieve(query[0]["intent_query"], [Candidate.from_pair(r) for r in query], BM25Retriever(), 2)
+        ranked = retrieve(query[0].intent_query, [r.candidate() for r in query], BM25Retriever(), 2)
         assert kept[qid] == [c.key for c, _ in ranked]
-        assert len({r["memory_session_id"] for r in query if r["key"] in kept[qid]}) == 2
+        assert len({r.memory_session_id for r in query if r.key in kept[qid]}) == 2
 
     selected = select_pairs(rows, require_positive=True, kept=kept, random_negatives=1, seed=0)
     chosen = by_query(selected)
-    assert {r["persona_id"] for r in selected} == {0, 2, 3, 5}
+    assert {r.persona_id for r in selected} == {0, 2, 3, 5}
     for qid, query in chosen.items():
-        keys = {r["key"] for r in query}
-        positives = {r["key"] for r in by_query(rows)[qid] if r["label"] == 1}
+        keys = {r.key for r in query}
+        positives = {r.key for r in by_query(rows)[qid] if r.label == 1}
         assert set(kept[qid]) | positives <= keys
         extra = keys - set(kept[qid]) - positives
-        assert len(extra) == 1 and all(r["label"] == 0 for r in query if r["key"] in extra)
+        assert len(extra) == 1 and all(r.label == 0 for r in query if r.key in extra)
     assert select_pairs(rows, require_positive=True, kept=kept, random_negatives=1, seed=0) == selected  # seeded
     everything = select_pairs(rows, require_positive=False, kept=None, random_negatives=0, seed=0)
     assert everything == rows
@@ -61,7 +62,7 @@ def test_retrieved_units_are_cached_until_what_retrieval_reads_changes(tmp_path:
     cache.write_text(json.dumps({**saved, "kept": planted}))
     assert retrieved_keys(rows, "bm25", 2, cache) == planted  # read back, not recomputed
     assert retrieved_keys(rows, "bm25", 1, cache) == retrieved_keys(rows, "bm25", 1)  # another top_units
-    rows[0] = {**rows[0], "memory_intent": "book a ride to the harbour"}  # same keys, rebuilt data
+    rows[0] = replace(rows[0], memory_intent="book a ride to the harbour")  # same keys, rebuilt data
     assert retrieved_keys(rows, "bm25", 2, cache) == retrieved_keys(rows, "bm25", 2) != planted
 
 
@@ -74,14 +75,12 @@ def test_a_selection_without_a_positive_is_one_clear_line() -> None:
 def test_dev_split_takes_whole_individuals() -> None:
     rows = rows_of(range(20))
     train, dev = split_dev(rows, 0.15, seed=3)
-    assert len({r["persona_id"] for r in dev}) == 3
-    assert not {r["persona_id"] for r in dev} & {r["persona_id"] for r in train}
+    assert len({r.persona_id for r in dev}) == 3
+    assert not {r.persona_id for r in dev} & {r.persona_id for r in train}
     assert len(train) + len(dev) == len(rows)
     assert split_dev(rows, 0.15, seed=3) == (train, dev) and split_dev(rows, 0, seed=3) == (rows, [])
     lonely = rows_of(range(1))
     assert split_dev(lonely, 0.15, seed=0) == (lonely, [])  # nothing would be left to train on
-    with pytest.raises(ConfigError, match=r"^alpha_dev_fraction: judger pair '0/9/1/restaurant_name' has no persona"):
-        split_dev([{k: v for k, v in r.items() if k != "persona_id"} for r in lonely], 0.15, seed=0)
 
 
 def test_judger_info_without_alpha_still_loads_and_a_bad_alpha_is_refused(tmp_path: Path) -> None:
@@ -106,9 +105,9 @@ def test_training_leaves_dev_individuals_out_and_saves_the_alpha_they_choose(tmp
     final = train_judger(stage, "minilm", data, ctx)
 
     trained, dev = training_split(stage, data, ctx)  # the same seeded split the run made
-    dev_people = {r["persona_id"] for r in read_pairs(ctx.out_dir / "alpha_dev" / "pairs.jsonl")}
-    assert dev_people == {r["persona_id"] for r in dev} and len(dev_people) == 2
-    assert not dev_people & {r["persona_id"] for r in trained}
+    dev_people = {r.persona_id for r in read_pairs(ctx.out_dir / "alpha_dev" / "pairs.jsonl")}
+    assert dev_people == {r.persona_id for r in dev} and len(dev_people) == 2
+    assert not dev_people & {r.persona_id for r in trained}
 
     summary = json.loads((ctx.out_dir / "selection.json").read_text())
     assert summary["selected"]["rows"] == len(trained) and summary["dev"]["queries"] == len(by_query(dev))

@@ -71,15 +71,13 @@ def test_a_sessions_share_is_graded_per_preference() -> None:
     from memrl.envs.collab.next_session import session_share
 
     user = UserProfile("u", "a nurse", ("bullets", "polite", "analytic"))
-    record = {
-        "turns": [
-            {"role": "user", "content": "What is 3 + 4?"},
-            {"role": "assistant", "content": "- 3 + 4 = 7, because four more than three is seven."},  # not polite
-            {"role": "user", "content": "Be nicer."},
-            {"role": "assistant", "content": "Thank you for asking! It is 7."},  # no list, no reasoning
-        ]
-    }
-    assert asyncio.run(session_share(record, user, None)) == pytest.approx((2 / 3 + 1 / 3) / 2)
+    turns = [
+        {"role": "user", "content": "What is 3 + 4?"},
+        {"role": "assistant", "content": "- 3 + 4 = 7, because four more than three is seven."},  # not polite
+        {"role": "user", "content": "Be nicer."},
+        {"role": "assistant", "content": "Thank you for asking! It is 7."},  # no list, no reasoning
+    ]
+    assert asyncio.run(session_share(turns, user, None)) == pytest.approx((2 / 3 + 1 / 3) / 2)
 
 
 def test_faithful_notes_beat_empty_and_wrong_notes() -> None:

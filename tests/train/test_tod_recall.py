@@ -151,9 +151,11 @@ def test_eval_judger_reports_fact_and_pair_recall_with_their_ceilings(tmp_path: 
 
     stored = [(1, "date", "March 10th"), (2, "date", "March 10th"), (3, "date", "march 10th"), (3, "time", "6 pm")]
     rows = [
-        {"key": _pair(s, slot), "query_id": "7/9", "context": [], "missing_slots": ["date", "time"],
-         "question": f"What {slot}?", "answer": value, "label": 1, "slot": slot, "memory_session_id": s,
-         "memory_intent": "reserve a table at Ariake", "intent_query": "reserve a table at Ariake"}
+        {"key": _pair(s, slot), "query_id": "7/9", "persona_id": 7, "session_id": 9, "service": "Restaurants_1",
+         "intent": "ReserveRestaurant", "context": [], "intent_query": "reserve a table at Ariake",
+         "missing_slots": ["date", "time"], "missing_descriptions": ["the date", "the time"], "memory_session_id": s,
+         "memory_intent": "reserve a table at Ariake", "memory_service": "Restaurants_1", "slot": slot,
+         "question": f"What {slot}?", "answer": value, "label": 1, "negative": None}
         for s, slot, value in stored
     ]  # fmt: skip
     path = tmp_path / "pairs.jsonl"

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import open_text, parse_json
 from memrl.core.outcomes import require_data
-from memrl.envs.tod.retrieval import Candidate, build_retriever, retrieve
+from memrl.data_gen.judger_pairs import JudgerPair
+from memrl.envs.tod.retrieval import build_retriever, retrieve
 from memrl.rollout.judger.heads import Head
 from memrl.rollout.judger.inputs import JudgerInput
 
 PAIRS_FILE = "pairs.jsonl"
-REQUIRED = ("key", "query_id", "context", "missing_slots", "question", "answer", "label")
 
 
 def pairs_file(ref: Path, split: str) -> Path:
@@ -37,55 +36,29 @@ def require_pairs(ref: Path, split: str) -> Path:
     return require_data(pairs_file(ref, split), "judger data", hint)
 
 
-def read_pairs(path: Path) -> list[dict[str, Any]]:
-    """Rows of a pairs file; a malformed row fails with its line number and the field."""
-    rows: list[dict[str, Any]] = []
-    with open_text(path, ConfigError) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            row = parse_json(line, f"{path}:{n}", ConfigError, line=False)
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}:{n}: not a JSON object")
-            missing = [k for k in REQUIRED if k not in row]
-            if missing:
-                raise ConfigError(f"{path}:{n}: judger pair lacks field {missing[0]!r}")
-            if row["label"] not in (0, 1):
-                raise ConfigError(f"{path}:{n}: label must be 0 or 1, got {row['label']!r}")
-            rows.append(row)
-    if not rows:
-        raise ConfigError(f"{path}: no judger pairs")
-    return rows
-
-
-def by_query(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def by_query(rows: Sequence[JudgerPair]) -> dict[str, list[JudgerPair]]:
     """Rows grouped by query, in file order."""
-    queries: dict[str, list[dict[str, Any]]] = {}
+    queries: dict[str, list[JudgerPair]] = {}
     for row in rows:
-        queries.setdefault(str(row["query_id"]), []).append(row)
+        queries.setdefault(row.query_id, []).append(row)
     return queries
 
 
-def split_dev(
-    rows: Sequence[dict[str, Any]], fraction: float, seed: int, where: str = "alpha_dev_fraction"
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_dev(rows: Sequence[JudgerPair], fraction: float, seed: int) -> tuple[list[JudgerPair], list[JudgerPair]]:
     """(train, dev): a seeded `fraction` of the individuals (`persona_id`) goes to dev, whole, so nothing of a dev
     individual is trained on. Fraction 0, or a single individual (nothing would be left to train on): no dev."""
     if fraction <= 0:
         return list(rows), []
-    missing = next((r for r in rows if "persona_id" not in r), None)
-    if missing is not None:
-        raise ConfigError(f"{where}: judger pair {missing['key']!r} has no persona_id to split individuals by")
-    people = sorted({r["persona_id"] for r in rows}, key=str)
+    people = sorted({r.persona_id for r in rows}, key=str)
     if len(people) < 2:
         return list(rows), []
     n_dev = min(len(people) - 1, max(1, round(fraction * len(people))))
     dev = set(random.Random(seed).sample(people, n_dev))
-    return [r for r in rows if r["persona_id"] not in dev], [r for r in rows if r["persona_id"] in dev]
+    return [r for r in rows if r.persona_id not in dev], [r for r in rows if r.persona_id in dev]
 
 
 def retrieved_keys(
-    rows: Sequence[dict[str, Any]], retriever: str, top_units: int, cache: Path | None = None
+    rows: Sequence[JudgerPair], retriever: str, top_units: int, cache: Path | None = None
 ) -> dict[str, list[str]]:
     """Per query, the keys of the pairs `retrieve` keeps (its `top_units` units), as evaluation computes them.
 
@@ -93,8 +66,8 @@ def retrieved_keys(
     in `cache`, valid while what retrieval reads of the rows is the same."""
     queries = by_query(rows)
     # What retrieval reads, row by row: a rebuilt data folder with the same keys but other texts is recomputed.
-    read = (json.dumps([r["key"], r["query_id"], r.get("intent_query"), r["memory_session_id"], r["memory_intent"],
-                        r["question"], r["answer"]]) for r in rows)  # fmt: skip
+    read = (json.dumps([r.key, r.query_id, r.intent_query, r.memory_session_id, r.memory_intent, r.question, r.answer])
+            for r in rows)  # fmt: skip
     digest = hashlib.sha256("\n".join(read).encode()).hexdigest()
     ident = {"retriever": retriever, "top_units": top_units, "keys": digest}
     if cache is not None and cache.is_file():
@@ -106,8 +79,7 @@ def retrieved_keys(
             pass  # a broken cache is recomputed
     ranker = build_retriever(retriever)
     kept = {
-        qid: [c.key for c, _ in retrieve(str(qr[0].get("intent_query") or ""), [Candidate.from_pair(r) for r in qr],
-                                         ranker, top_units)]
+        qid: [c.key for c, _ in retrieve(qr[0].intent_query, [r.candidate() for r in qr], ranker, top_units)]
         for qid, qr in queries.items()
     }  # fmt: skip
     if cache is not None:
@@ -135,38 +107,38 @@ class SelectionCounts:
 
 
 def select_pairs(
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[JudgerPair],
     *,
     require_positive: bool,
     kept: Mapping[str, Sequence[str]] | None,
     random_negatives: int,
     seed: int,
     where: str = "selection",
-) -> list[dict[str, Any]]:
+) -> list[JudgerPair]:
     """The training rows: per query (with a positive, when required) the pairs of its `kept` units (all pairs when
     `kept` is None), every positive, and up to `random_negatives` other negatives drawn with a per-query seed.
     A selection without a positive is refused: BCE would only learn to say no."""
-    selected: list[dict[str, Any]] = []
+    selected: list[JudgerPair] = []
     for qid, query_rows in by_query(rows).items():
-        if require_positive and not any(r["label"] == 1 for r in query_rows):
+        if require_positive and not any(r.label == 1 for r in query_rows):
             continue
         if kept is None:
             selected += query_rows
             continue
         hard = set(kept.get(qid, ()))
         # Positives outside the kept units still teach what answers a slot; they are too few to leave out.
-        chosen = [r for r in query_rows if str(r["key"]) in hard or r["label"] == 1]
-        rest = [r for r in query_rows if str(r["key"]) not in hard and r["label"] == 0]
+        chosen = [r for r in query_rows if r.key in hard or r.label == 1]
+        rest = [r for r in query_rows if r.key not in hard and r.label == 0]
         extra = random.Random(f"{seed}/{qid}").sample(rest, min(random_negatives, len(rest)))
         picked = {id(r) for r in (*chosen, *extra)}
         selected += [r for r in query_rows if id(r) in picked]  # file order
-    if not any(r["label"] == 1 for r in selected):
+    if not any(r.label == 1 for r in selected):
         raise ConfigError(f"{where}: the selected training pairs hold no positive ({counts(rows).line()} before)")
     return selected
 
 
-def counts(rows: Sequence[dict[str, Any]]) -> SelectionCounts:
-    return SelectionCounts(len(by_query(rows)), len(rows), sum(1 for r in rows if r["label"] == 1))
+def counts(rows: Sequence[JudgerPair]) -> SelectionCounts:
+    return SelectionCounts(len(by_query(rows)), len(rows), sum(1 for r in rows if r.label == 1))
 
 
 @dataclass(frozen=True)
@@ -178,8 +150,8 @@ class Example:
 class PairsDataset:
     """A map-style dataset the HF Trainer samples from; tokenisation happens per batch in the collator."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]]) -> None:
-        self.examples = [Example(JudgerInput.from_pair(r), float(r["label"])) for r in rows]
+    def __init__(self, rows: Sequence[JudgerPair]) -> None:
+        self.examples = [Example(r.judger_input(), float(r.label)) for r in rows]
 
     def __len__(self) -> int:
         return len(self.examples)

@@ -22,6 +22,7 @@ from rich.console import Console
 from memrl.core.errors import ConfigError
 from memrl.core.jsonl import ResumableJsonl
 from memrl.core.progress import progress
+from memrl.data_gen.judger_pairs import JudgerPair, read_pairs
 from memrl.envs.tod.ranking import (
     GAIN_K,
     RankedQuery,
@@ -36,19 +37,18 @@ from memrl.envs.tod.ranking import (
     side_by_side,
     table_lines,
 )
-from memrl.envs.tod.retrieval import Candidate, build_retriever, fuse, resolve_alpha, retrieve
-from memrl.rollout.judger.inputs import JudgerInput
+from memrl.envs.tod.retrieval import build_retriever, fuse, resolve_alpha, retrieve
 from memrl.rollout.judger.scorer import JUDGER_FILE
 from memrl.train.curves import RECALL_AT_K, ROC_PR, recall_chart, roc_pr_chart
 from memrl.train.judger.config import JudgerEvalConfig
-from memrl.train.judger.data import by_query, read_pairs, require_pairs
+from memrl.train.judger.data import by_query, require_pairs
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 KS = (1, 3, 5)
 
 
 def score_pairs(
-    judger: str, rows: Sequence[dict[str, Any]], out: Path, batch_size: int, console: Console
+    judger: str, rows: Sequence[JudgerPair], out: Path, batch_size: int, console: Console
 ) -> dict[str, float]:
     """Judger probability per pair key, reusing the scores a previous run wrote."""
     from memrl.rollout.judger.scorer import judger_folder, load_judger
@@ -62,7 +62,7 @@ def score_pairs(
         (out / "scores.jsonl").unlink(missing_ok=True)
         meta.write_text(json.dumps(identity))
     scores = ResumableJsonl(out / "scores.jsonl")
-    todo = [r for r in rows if str(r["key"]) not in scores.done]
+    todo = [r for r in rows if r.key not in scores.done]
     if todo:
         with console.status(f"loading judger {judger}"):
             scorer = load_judger(judger)
@@ -71,9 +71,9 @@ def score_pairs(
             task = bar.add_task("judger: scoring pairs", total=len(todo))
             for start in range(0, len(todo), chunk):
                 part = todo[start : start + chunk]
-                probs = scorer.score([JudgerInput.from_pair(r) for r in part], batch_size=batch_size)
+                probs = scorer.score([r.judger_input() for r in part], batch_size=batch_size)
                 for row, p in zip(part, probs, strict=True):
-                    scores.append({"key": row["key"], "query_id": row["query_id"], "label": row["label"], "score": p})
+                    scores.append({"key": row.key, "query_id": row.query_id, "label": row.label, "score": p})
                 bar.advance(task, len(part))
     return {str(r["key"]): float(r["score"]) for r in scores.records()}
 
@@ -99,9 +99,9 @@ def evaluate_judger(
     alpha, alpha_source = resolve_alpha(alpha, judger)
     rows = read_pairs(pairs_path)
     if max_queries is not None:
-        first = set(list(dict.fromkeys(str(r["query_id"]) for r in rows))[:max_queries])
-        rows = [r for r in rows if str(r["query_id"]) in first]
-    keys = [str(r["key"]) for r in rows]
+        first = set(list(dict.fromkeys(r.query_id for r in rows))[:max_queries])
+        rows = [r for r in rows if r.query_id in first]
+    keys = [r.key for r in rows]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
         raise ConfigError(f"{pairs_path}: pair key {dup!r} appears twice")
@@ -118,10 +118,10 @@ def evaluate_judger(
     with progress(console) as bar:
         task = bar.add_task(f"retrieval ({retriever})", total=len(queries))
         for query_rows in queries.values():
-            gold = {str(r["key"]) for r in query_rows if r["label"] == 1}
-            facts = {str(r["key"]): fact_of(str(r["slot"]), str(r["answer"])) for r in query_rows}
-            query = str(query_rows[0].get("intent_query") or "")
-            kept = retrieve(query, [Candidate.from_pair(r) for r in query_rows], ranker, top_units)
+            gold = {r.key for r in query_rows if r.label == 1}
+            facts = {r.key: fact_of(r.slot, r.answer) for r in query_rows}
+            query = query_rows[0].intent_query
+            kept = retrieve(query, [r.candidate() for r in query_rows], ranker, top_units)
             retrieved += [c.key for c, _ in kept]
 
             def ranked(order: Sequence[int]) -> RankedQuery:
@@ -149,7 +149,7 @@ def evaluate_judger(
     # The ceilings do not depend on the ranking: the best any ordering of each query's pairs could do.
     ceilings = mean_scores((q.ceilings(ks) for q in rankings["retrieval"]), (f"ceiling_{n}" for n in recall_names(ks)))
     retrieval_only = recalls("retrieval")
-    labels = [int(r["label"]) for r in rows]
+    labels = [r.label for r in rows]
     probs = [judged[k] for k in keys] if judged is not None else []
     label_of = dict(zip(keys, labels, strict=True))
     metrics: dict[str, Any] = {

@@ -19,6 +19,7 @@ from typing import Any
 
 from memrl.core.checkpoints import CheckpointInfo, portable_ref, resolve_model
 from memrl.core.errors import ConfigError
+from memrl.data_gen.judger_pairs import JudgerPair, read_pairs, write_pairs
 from memrl.envs.tod.ranking import ALPHA_RULE, GAIN_K, alpha_within_noise
 from memrl.rollout.judger.heads import Head, build_head
 from memrl.rollout.judger.scorer import JudgerInfo
@@ -31,7 +32,6 @@ from memrl.train.judger.data import (
     Collator,
     PairsDataset,
     counts,
-    read_pairs,
     require_pairs,
     retrieved_keys,
     select_pairs,
@@ -72,13 +72,11 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def training_split(
-    stage: JudgerStage, data_dir: Path, ctx: TrainContext
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def training_split(stage: JudgerStage, data_dir: Path, ctx: TrainContext) -> tuple[list[JudgerPair], list[JudgerPair]]:
     """(selected training rows, dev rows to choose the alpha on); the counts are printed once."""
     path = require_pairs(data_dir, "train")
     rows = read_pairs(path)
-    train, dev = split_dev(rows, stage.alpha_dev_fraction, ctx.seed, where=f"stages.{ctx.stage}.alpha_dev_fraction")
+    train, dev = split_dev(rows, stage.alpha_dev_fraction, ctx.seed)
     sel = stage.selection
     kept = None
     if sel.retriever is not None:  # on every row, so the cache holds whatever the dev split
@@ -94,14 +92,14 @@ def training_split(
     )
     # Alpha is chosen on dev's recall@5, which only queries with a positive count towards and only the retrieved
     # pairs decide: scoring those alone gives the same rankings at a fraction of the judger's time.
-    if any(r["label"] == 1 for r in dev):
+    if any(r.label == 1 for r in dev):
         dev = select_pairs(dev, require_positive=True, kept=kept, random_negatives=0, seed=ctx.seed)
     else:
         dev = []
     if int(os.environ.get("RANK", "0")) == 0:
         from rich.console import Console
 
-        dev_note = f"; alpha dev: {len({r['persona_id'] for r in dev})} individuals" if dev else ""
+        dev_note = f"; alpha dev: {len({r.persona_id for r in dev})} individuals" if dev else ""
         if not dev and stage.alpha_dev_fraction > 0:
             dev_note = "; alpha not chosen: no dev individual with a positive pair (too few individuals?)"
         Console(stderr=True, soft_wrap=True).print(
@@ -109,7 +107,7 @@ def training_split(
         )
         ctx.out_dir.mkdir(parents=True, exist_ok=True)
         summary = {"selected": asdict(counts(selected)), "train": asdict(counts(train)), "dev": asdict(counts(dev)),
-                   "pos_weight_auto": auto_pos_weight(r["label"] for r in selected)}  # fmt: skip
+                   "pos_weight_auto": auto_pos_weight(r.label for r in selected)}  # fmt: skip
         (ctx.out_dir / "selection.json").write_text(json.dumps(summary, indent=2))
     return selected, dev
 
@@ -202,7 +200,7 @@ def _peft_config(stage: JudgerStage, head: Head) -> Any:
 
 
 def _save_final(
-    trainer: Any, tokenizer: Any, stage: JudgerStage, ctx: TrainContext, *, base: str, dev: list[dict[str, Any]]
+    trainer: Any, tokenizer: Any, stage: JudgerStage, ctx: TrainContext, *, base: str, dev: list[JudgerPair]
 ) -> Path:
     """Merged model where this process holds all of it; the adapter under several processes. Info files last, the
     alpha chosen on `dev` (when there is one) between them."""
@@ -226,7 +224,7 @@ def _save_final(
 
 
 def alpha_on_dev(
-    final: Path, dev: list[dict[str, Any]], out_dir: Path, stage: JudgerStage
+    final: Path, dev: list[JudgerPair], out_dir: Path, stage: JudgerStage
 ) -> tuple[float | None, str | None]:
     """The fusion alpha of ALPHA_GRID chosen on the dev individuals, ranked as evaluation ranks, and how, in a few
     words: the smallest alpha whose per-query recall@5 is within the paired bootstrap noise of the best alpha's
@@ -237,8 +235,7 @@ def alpha_on_dev(
 
     folder = out_dir / "alpha_dev"
     folder.mkdir(parents=True, exist_ok=True)
-    pairs = folder / PAIRS_FILE
-    pairs.write_text("".join(json.dumps(r) + "\n" for r in dev))
+    pairs = write_pairs(dev, folder / PAIRS_FILE)
     retriever, top_units = stage.selection.retriever or "dense", stage.selection.top_units
     metrics = evaluate_judger(
         str(final), pairs, folder, retriever=retriever, top_units=top_units, alpha=0.5, alphas=ALPHA_GRID
@@ -258,7 +255,7 @@ def alpha_on_dev(
         "metric": ALPHA_METRIC,
         "sweep": choice.sweep,
         "against_best": choice.against_best,
-        "dev_individuals": len({r["persona_id"] for r in dev}),
+        "dev_individuals": len({r.persona_id for r in dev}),
         "dev_queries": metrics.get("queries"),
         "dev_queries_with_gold": choice.queries,
         "dev_auc": metrics.get("auc"),

@@ -187,11 +187,9 @@ class NextSessionScorer:
             )
         for n, episode in enumerate(episodes):
             if results[n] is None and episode is not None:
-                record = episode.record()
-                share = await session_share(record, episode.spec.profile, self.judge)
-                results[n] = SessionOutcome(
-                    share, len(record["turns"]) // 2, record["user_effort"], record["task_success"]
-                )
+                played = episode.outcome()
+                share = await session_share(played.turns, episode.spec.profile, self.judge)
+                results[n] = SessionOutcome(share, len(played.turns) // 2, played.user_effort, played.task_success)
         return [r if r is not None else RuntimeError("session never finished") for r in results]
 
     @staticmethod

@@ -26,6 +26,7 @@ from memrl.core.schema import StrictModel
 from memrl.core.stats import paired_difference
 from memrl.envs.collab.agents import AgentKind
 from memrl.envs.collab.config import CollabEvalConfig, CollabSampling
+from memrl.envs.collab.records import SessionRecord
 from memrl.rewards.collab_episode import preference_share
 from memrl.rollout.config import SamplingConfig
 from memrl.train.online.config import CollabGRPOStage
@@ -51,22 +52,22 @@ class CollabHeldoutStage(StrictModel):
 # ---- the report, from per-session records ---------------------------------------------------------------------------
 
 
-def session_metrics(record: Mapping[str, Any]) -> dict[str, float | None]:
+def session_metrics(record: SessionRecord) -> dict[str, float | None]:
     """One session's metrics; `preference` is None when the user reacted to no reply (nothing was checked)."""
     return {
-        "preference": preference_share(record),
-        "task_success": float(record["task_success"]),
-        "user_effort": float(record["user_effort"]),
-        "length": float(record["length"]),
+        "preference": preference_share(record.to_dict()),  # the reward's own reading of the record's JSON
+        "task_success": float(record.task_success),
+        "user_effort": float(record.user_effort),
+        "length": float(record.length),
     }
 
 
-def pair_key(record: Mapping[str, Any]) -> tuple[str, int, str]:
-    return str(record["user_id"]), int(record["session"]), str(record["problem_id"])
+def pair_key(record: SessionRecord) -> tuple[str, int, str]:
+    return record.user_id, record.session, record.problem_id
 
 
 def heldout_report(
-    base: Sequence[Mapping[str, Any]], trained: Sequence[Mapping[str, Any]], *, seed: int, resamples: int = 2000
+    base: Sequence[SessionRecord], trained: Sequence[SessionRecord], *, seed: int, resamples: int = 2000
 ) -> dict[str, Any]:
     """`n` paired sessions (`unpaired`: those finished on one side only, left out); per metric the base and trained
     means, `delta` (trained - base) and its paired bootstrap `ci95`, all over the pairs where both sides have it."""
