@@ -104,9 +104,9 @@ class MultiSessionEpisode:
         info = step.info | self._info("reply")
         if not step.done:
             return Step(self._view(step.observation), info=info)
-        record = session.record()
-        share = await session_share(record, self.specs[self._index].profile, None)
-        self._records.append(record | {"notes_before": self._notes, "preference": share})
+        played = session.outcome()
+        share = await session_share(played.turns, self.specs[self._index].profile, None)
+        self._records.append(played.to_dict() | {"notes_before": self._notes, "preference": share})
         self._shares.append(share)
         ended = info | {"ended_session": self._index, "session_reward": step.reward | {"preference": share}}
         if self._index + 1 == len(self.specs):
