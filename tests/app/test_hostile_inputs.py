@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import typer
-from support import memrl_in_process
+from support import FIXTURES, memrl_in_process
 from support.hostile import (
     DIR_KINDS,
     FILE_KINDS,
@@ -33,7 +33,6 @@ from support.hostile import (
 
 from memrl.app.cli.main import app
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
 SGD, MSTOD, PAHF = FIXTURES / "sgd", FIXTURES / "mstod", FIXTURES / "pahf"
 SHOP = PAHF / "shopping"
 BOTH_KINDS = FILE_KINDS + tuple(k for k in DIR_KINDS if k not in FILE_KINDS)  # takes a file or a folder

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from support import MEMRL_ARGV, memrl_in_process
+from support import FIXTURES, MEMRL_ARGV, memrl_in_process
 from test_hostile_inputs import assert_one_line
 
 # ---- a scripted endpoint ---------------------------------------------------------------------------------------
@@ -381,7 +381,7 @@ def test_a_dead_worker_is_said_without_ids_or_colour_codes(message: str) -> None
 
 @pytest.mark.parametrize("index", ["--1", "-+1", "1.0", "0x1", "1" * 30])
 def test_a_scenario_index_int_refuses_is_one_line(index: str, tmp_path: Path) -> None:
-    shop = Path(__file__).parents[1] / "fixtures" / "pahf" / "shopping"
+    shop = FIXTURES / "pahf" / "shopping"
     args = ["pahf", "feedback", "--persona-table", shop / "persona_info.json", "--scenario",
             f"{shop / 'phase1.json'}:{index}", "--choice", "A"]  # fmt: skip
     assert_one_line(*run(args, tmp_path), "--scenario", "PHASEFILE:INDEX")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from support import MemrlCLI, memrl_in_process
+from support import FIXTURES, MemrlCLI, memrl_in_process
 
 from memrl.app.recipe import load_recipe
 from memrl.app.stages.registry import KINDS
@@ -19,8 +19,6 @@ from memrl.train.config import ClusterConfig, JudgerStage
 from memrl.train.distributed import resolve_refs, torchrun_command
 from memrl.train.judger.deepspeed_zero import deepspeed_config
 from memrl.train.processes import format_command
-
-FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_both_recipes_resolve() -> None:

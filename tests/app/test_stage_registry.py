@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import typer
 from pydantic import ValidationError
+from support import FIXTURES
 from typer.main import get_command
 
 from memrl.app.actions import collab, judger, pahf, tod
@@ -18,8 +19,6 @@ from memrl.app.cli.main import app
 from memrl.app.config import Recipe
 from memrl.app.recipe import load_recipe
 from memrl.app.stages.registry import KINDS
-
-FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_the_recipe_schema_accepts_exactly_the_registered_kinds() -> None:

@@ -12,12 +12,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import local_ray, memrl_in_process
+from support import FIXTURES, local_ray, memrl_in_process
 
 from memrl.core.errors import ConfigError
 from memrl.core.outcomes import NothingDoneError, Outcome, require_data, require_success, shortfall
-
-FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def _one_line(code: int, err: str) -> str:

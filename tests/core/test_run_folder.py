@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import MemrlCLI
+from support import FIXTURES, MemrlCLI
 
 from memrl.core.errors import ConfigError, MemrlError
 from memrl.core.jsonl import ResumableJsonl
@@ -19,7 +19,7 @@ from memrl.core.runfolder import LOCK_FILE, claim, hold
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.rollout.config import model_from_spec
 
-MSTOD = Path(__file__).parents[1] / "fixtures" / "mstod"
+MSTOD = FIXTURES / "mstod"
 DEAD = "http://127.0.0.1:9/v1"  # the discard port: nothing listens
 
 

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import memrl_in_process
+from support import FIXTURES, memrl_in_process
 
 from memrl.core.errors import MemrlError
 from memrl.core.runfolder import LOCK_FILE, hold
 
-MSTOD = Path(__file__).parents[1] / "fixtures" / "mstod"
+MSTOD = FIXTURES / "mstod"
 
 
 def test_a_link_planted_at_the_lock_is_replaced_never_written_through(tmp_path: Path) -> None:

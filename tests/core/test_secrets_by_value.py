@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import MemrlCLI, memrl_in_process
+from support import FIXTURES, MemrlCLI, memrl_in_process
 
 from memrl.app.recipe import load_recipe
 from memrl.core import secrets
@@ -20,7 +20,7 @@ from memrl.rollout.config import model_from_spec
 from memrl.rollout.serve import free_port
 
 PLANTED = "planted-auth-4f1c2b9e"  # in JUDGE_AUTH: a name that says nothing of a secret
-MSTOD = Path(__file__).parents[1] / "fixtures" / "mstod"
+MSTOD = FIXTURES / "mstod"
 
 
 def _files_holding(root: Path, value: str) -> list[Path]:

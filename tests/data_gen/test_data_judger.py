@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from support import MemrlCLI
+from support import FIXTURES, MemrlCLI
 from typer.testing import CliRunner
 
 from memrl.app.cli.data import data_app
@@ -26,7 +26,6 @@ from memrl.envs.tod.formats import LoadProblems, load_individual, load_tod_dir
 from memrl.envs.tod.memory import build_memory_bank
 from memrl.envs.tod.schema import load_schemas
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
 MSTOD = FIXTURES / "mstod"
 RELEASE = FIXTURES / "mstod_release"
 SGD = FIXTURES / "sgd"

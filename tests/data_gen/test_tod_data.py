@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import MemrlCLI
+from support import FIXTURES, MemrlCLI
 
 from memrl.core.errors import MemrlError
 from memrl.data_gen.config import TodDataConfig
@@ -37,7 +37,6 @@ from memrl.envs.tod.sgd import dialogue_files
 from memrl.envs.tod.values import mentions
 from memrl.rollout.base import ChatBackend, SamplingParams
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
 SGD = FIXTURES / "sgd"
 MSTOD = FIXTURES / "mstod"
 RELEASE = FIXTURES / "mstod_release" / "persona_1.json"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from support import FIXTURES
 
 from memrl.envs.checker import check_episode
 from memrl.envs.episode import Step
@@ -145,7 +145,7 @@ def test_proactive_episode_is_strict() -> None:
 
 # --- PAHF: one shopping task ---------------------------------------------------------------------------------------
 
-SHOPPING = Path(__file__).parents[1] / "fixtures" / "pahf" / "shopping"
+SHOPPING = FIXTURES / "pahf" / "shopping"
 SAMPLING = PahfSampling().agent(seed=0)
 
 

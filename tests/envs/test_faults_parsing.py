@@ -11,15 +11,14 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support import FIXTURES
 
 from memrl.rollout.base import ChatBackend, Completion, Message, SamplingParams
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
 SGD = FIXTURES / "sgd"
 
 # The keys every site reads, with values of the wrong type.

@@ -22,9 +22,9 @@ from typing import Any
 
 import psutil
 import pytest
-from support import MEMRL_ARGV, MemrlCLI
+from support import FIXTURES, MEMRL_ARGV, MemrlCLI
 
-SGD = Path(__file__).parents[1] / "fixtures" / "sgd"
+SGD = FIXTURES / "sgd"
 
 pytestmark = pytest.mark.slow  # every test here runs `memrl` with Ray workers
 

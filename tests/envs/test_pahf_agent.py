@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import FIXTURES
 
 from memrl.envs.pahf.agent import ABILITIES, AgentKind, MemoryWriter, PahfAgent, Task, parse_decision, parse_salient
 from memrl.envs.pahf.config import PahfSampling
@@ -20,7 +21,7 @@ from memrl.envs.pahf.shopping import gold
 from memrl.envs.pahf.users import named_features, rule_shopping_answer
 from memrl.rollout.hf_local import HFBackend
 
-SHOPPING = Path(__file__).parents[1] / "fixtures" / "pahf" / "shopping"
+SHOPPING = FIXTURES / "pahf" / "shopping"
 SAMPLING = PahfSampling().agent(seed=0)
 
 

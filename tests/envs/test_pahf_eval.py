@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import MemrlCLI
+from support import FIXTURES, MemrlCLI
 
-DATA = Path(__file__).parents[1] / "fixtures" / "pahf"
+DATA = FIXTURES / "pahf"
 
 
 def _env() -> dict[str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import MemrlCLI
+from support import FIXTURES, MemrlCLI
 from typer.testing import CliRunner
 
 from memrl.app.cli.main import app
@@ -28,7 +28,7 @@ from memrl.envs.pahf.formats import (
 )
 from memrl.envs.pahf.shopping import acceptable, changed_values, feature_status, gold, rule_feedback
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "pahf"
+FIXTURES = FIXTURES / "pahf"
 SHOP = FIXTURES / "shopping"
 ORIGINAL = SHOP / "persona_info.json"
 UPDATED = SHOP / "updated_persona_info.json"

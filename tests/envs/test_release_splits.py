@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import MemrlCLI
+from support import FIXTURES, MemrlCLI
 
 from memrl.core.errors import ConfigError
 from memrl.envs.collab.config import CollabEvalConfig
@@ -18,7 +18,6 @@ from memrl.envs.collab.profiles import UserProfile, profiles_for, sample_profile
 from memrl.envs.pahf.config import PahfEvalConfig
 from memrl.envs.pahf.protocol import LeftOut, plan_jobs
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
 NO_GOLD = FIXTURES / "pahf_no_gold"  # fixtures/pahf's embodied set plus two hand-written scenarios without a gold
 RELEASE = FIXTURES / "collab_release"  # <task>/{trainset,testset}_size4_seed42.json, as the release caches them
 

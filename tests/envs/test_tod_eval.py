@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import MemrlCLI
+from support import FIXTURES, MemrlCLI
 
-DATA = Path(__file__).parents[1] / "fixtures" / "mstod"
-RELEASE = Path(__file__).parents[1] / "fixtures" / "mstod_release"
-SGD = Path(__file__).parents[1] / "fixtures" / "sgd"
+DATA = FIXTURES / "mstod"
+RELEASE = FIXTURES / "mstod_release"
+SGD = FIXTURES / "sgd"
 RECALLS = tuple(f"{prefix}{measure}@{k}" for prefix in ("", "ceiling_") for measure in ("recall", "pair_recall")
                 for k in (1, 3, 5))  # fmt: skip
 METRICS = ("jga", "slot_accuracy", "dte", "success_rate", *RECALLS)
@@ -194,7 +194,7 @@ def test_bad_input_fails_in_one_line(args: list[str], message: str, tmp_path: Pa
 
 # --- sessions that cannot be scored, and what the template reader asks (in-process: no Ray) -----------------------
 
-UNSCORED = Path(__file__).parents[1] / "fixtures" / "mstod_unscored"
+UNSCORED = FIXTURES / "mstod_unscored"
 
 
 def test_unscored_sessions_are_left_out_and_named(tmp_path: Path) -> None:

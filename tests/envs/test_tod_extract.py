@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from support import FIXTURES
 
 from memrl.envs.tod.extract import TextExtractor, folder_schemas, lexicon_from_sgd, slot_phase
 from memrl.envs.tod.formats import LoadProblems, Session, load_individual, load_tod_dir
 from memrl.envs.tod.schema import Schemas, load_schemas
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
 SGD = FIXTURES / "sgd"
 
 

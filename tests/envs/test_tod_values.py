@@ -3,9 +3,8 @@ released folder's schema holds only the slots its confirmations use."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from support import FIXTURES
 
 from memrl.envs.tod.extract import folder_schemas, used_slots
 from memrl.envs.tod.formats import Individual, LoadProblems, load_tod_dir
@@ -16,7 +15,7 @@ from memrl.envs.tod.ranking import fact_of
 from memrl.envs.tod.schema import Schemas, load_schemas
 from memrl.envs.tod.values import mentions, normalise_value, same_value
 
-RENTAL = Path(__file__).parents[1] / "fixtures" / "mstod_release" / "rental"  # RentalCars_1 + _3 merged, Hotels_1
+RENTAL = FIXTURES / "mstod_release" / "rental"  # RentalCars_1 + _3 merged, Hotels_1
 
 
 @pytest.mark.parametrize(

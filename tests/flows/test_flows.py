@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+from support import FIXTURES
 
 pytestmark = pytest.mark.slow
 

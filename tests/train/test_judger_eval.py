@@ -10,11 +10,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import MemrlCLI
+from support import FIXTURES, MemrlCLI
 
 from memrl.envs.tod.ranking import brier, ece, side_by_side, table_lines
 
-DATA = Path(__file__).parents[1] / "fixtures" / "mstod"
+DATA = FIXTURES / "mstod"
 
 
 def test_brier_and_ece() -> None:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support import MemrlCLI
+from support import FIXTURES, MemrlCLI
 
 from memrl.train.curves import Chart, loss_chart, recall_chart, roc_pr_chart, verl_chart
 from memrl.train.verl import metrics as verl_metrics
@@ -153,9 +153,7 @@ def test_judger_training_and_evaluation_write_loss_roc_pr_and_recall_charts(tmp_
     from memrl.train.judger.trainer import train_judger
 
     data = tmp_path / "data"
-    build_judger_dataset(
-        JudgerDataConfig(tod_dir=Path(__file__).parents[1] / "fixtures" / "mstod", eval_individuals=2), data
-    )
+    build_judger_dataset(JudgerDataConfig(tod_dir=FIXTURES / "mstod", eval_individuals=2), data)
     stage = JudgerStage(kind="judger", model="judger", max_steps=3, batch_size=8, micro_batch_size=8, max_length=96)
     final = train_judger(stage, "minilm", data, TrainContext(tmp_path / "judger", "judger", 0, "none", "t"))
     assert (tmp_path / "judger" / "loss_curve.png").read_bytes()[:8] == PNG
@@ -166,7 +164,7 @@ def test_judger_training_and_evaluation_write_loss_roc_pr_and_recall_charts(tmp_
 
 @pytest.mark.slow
 def test_eval_tod_writes_the_recall_at_k_chart(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
-    data = Path(__file__).parents[1] / "fixtures" / "mstod"
+    data = FIXTURES / "mstod"
     out = tmp_path / "run"
     result = memrl_cli("eval", "tod", "--data", data, "--schema", data / "schema.json", "--reader", "template",
                        "--judger", "none", "--retriever", "bm25", "--individuals", "1", "--out", out,
