@@ -1,4 +1,4 @@
-"""Issue 41, item 5: every trainer keeps only the newest `checkpoints.keep` checkpoints, and `memrl preflight` holds
+"""Every trainer keeps only the newest `checkpoints.keep` checkpoints, and `memrl preflight` holds
 what the training stages keep against the run folder's free space."""
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def test_vllm_backend_without_vllm_is_one_line(tmp_path: Path, memrl_cli: MemrlC
     assert_one_line_error(result, "vLLM, which is not installed")
 
 
-# ---- issue 19: hostile input (the whole corpus is tests/app/test_hostile_inputs.py) -------------------------------
+# ---- hostile input (the whole corpus is tests/app/test_hostile_inputs.py) -------------------------------
 
 
 def test_item1_files_that_are_not_utf8_text_are_one_line(tmp_path: Path, memrl_cli: MemrlCLI) -> None:

@@ -253,7 +253,7 @@ print("command lines holding it:", sum(key in line for line in lines), "of", len
 def test_verl_ray_job_gets_secrets_through_no_command_line(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 17.2: the job's runtime_env went through `ray job submit --runtime-env-json` with the keys filled in."""
+    """The job's runtime_env went through `ray job submit --runtime-env-json` with the keys filled in."""
     import hashlib
 
     from memrl.train.config import ClusterConfig
@@ -315,8 +315,8 @@ print("SEEN " + json.dumps(ray.get([w.__ray_call__.remote(seen) for w in workers
 def test_verl_workers_on_every_node_see_the_jobs_environment(
     cluster: Cluster, tiny_qwen2: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 25.6: a worker of verl joining a cluster saw only verl's runtime_env: WANDB_MODE and the keys memrl
-    derives in the job never arrived. Issue 25.12d: WANDB_DIR in the job's runtime_env and in verl's made Ray
+    """A worker of verl joining a cluster saw only verl's runtime_env: WANDB_MODE and the keys memrl
+    derives in the job never arrived. WANDB_DIR in the job's runtime_env and in verl's made Ray
     refuse to merge them. Here: a `ray job submit` as `memrl run` sends it, WANDB_DIR in both."""
     import hashlib
 
@@ -408,7 +408,7 @@ def test_dry_run_prints_every_stage_and_masks_secrets(
 
 
 def test_launch_keeps_the_outcome_reward_of_a_verl_grpo_stage(tmp_path: Path) -> None:
-    """Issue 25.7: the job recipe appended `reward...path=pkg://memrl.rewards.verl_reward` after the stage's own
+    """The job recipe appended `reward...path=pkg://memrl.rewards.verl_reward` after the stage's own
     reward, and Hydra kept the last: the next-session outcome reward was dropped under `memrl launch`."""
     import io
 

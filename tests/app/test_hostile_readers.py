@@ -1,4 +1,4 @@
-"""Issue 26.3, the readers round two left: nesting past the stack, FIFOs and hostile YAML in override values are one
+"""Readers under hostile input: nesting past the stack, FIFOs and hostile YAML in override values are one
 ConfigError naming the input, never a RecursionError, a hang or an unbounded alias expansion."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_hostile_round2 import no_hang
+from test_hostile_limits import no_hang
 
 from memrl.core.errors import ConfigError
 

@@ -1,4 +1,4 @@
-"""Hostile input, by cause (issue 42): text no encoding writes, values Python refuses, JSON lines split where they
+"""Hostile input, by cause: text no encoding writes, values Python refuses, JSON lines split where they
 are not, values of the wrong type taken as text, names that leave the run folder, reruns that mix two setups, lines
 that do not say what is wrong, and a pattern that took quadratic time. Several instances of each cause, each one
 `memrl: error:` line and exit 2 (no traceback), or, where the input is valid, the right result.

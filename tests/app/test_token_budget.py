@@ -1,4 +1,4 @@
-"""Issue 41, item 8: verl packs micro batches by tokens, with a per-GPU budget derived from the stage's lengths and
+"""verl packs micro batches by tokens, with a per-GPU budget derived from the stage's lengths and
 the arithmetic in the dry run (GRPO and collab took 64 micro-steps of fixed micro batches of 2 per update)."""
 
 from __future__ import annotations

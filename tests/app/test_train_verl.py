@@ -119,7 +119,7 @@ def test_grpo_overrides_carry_the_recipe() -> None:
     assert got["trainer.logger"] == "[console,file,wandb]"
     assert (got["trainer.nnodes"], got["trainer.n_gpus_per_node"]) == ("1", "8")
     assert (got["trainer.project_name"], got["trainer.experiment_name"]) == ("memrl", "qwen")
-    # Issue 25.11: by module always (reward workers sit on every node), local mode included.
+    # by module always (reward workers sit on every node), local mode included.
     assert got["reward.custom_reward_function.path"] == "pkg://memrl.train.verl.rewards"
     assert got["reward.custom_reward_function.name"] == "compute_score_async"
     assert "actor_rollout_ref.model.lora_rank" not in got  # lora: null is full fine-tuning
@@ -178,7 +178,7 @@ def test_sft_overrides_carry_the_recipe() -> None:
 
 
 def test_verl_runs_log_their_metrics_in_the_stage_folder() -> None:
-    """Issue 17.4: verl runs logged to the console (and wandb) only, and left no curve. Now verl's `file` logger
+    """verl runs logged to the console (and wandb) only, and left no curve. Now verl's `file` logger
     writes the stage's metrics JSONL, its path (and wandb's folder) in the env of verl's Ray workers."""
     overrides = grpo(table5_grpo(), logger="wandb")
     cfg = compose(PPO_CONFIG, overrides)
@@ -191,7 +191,7 @@ def test_verl_runs_log_their_metrics_in_the_stage_folder() -> None:
 
 
 def test_a_verl_stage_runs_with_its_metrics_file_and_draws_its_curves(tmp_path: Path) -> None:
-    """Issue 17.4: the SFT command's own environment names the metrics file (its loggers run in that process); the
+    """The SFT command's own environment names the metrics file (its loggers run in that process); the
     runner keeps an earlier attempt's file, and draws the curves even when the run fails."""
     from rich.console import Console
 
@@ -226,7 +226,7 @@ def test_a_verl_stage_runs_with_its_metrics_file_and_draws_its_curves(tmp_path: 
 
 
 def test_verl_sft_takes_the_seed_and_the_lr_schedule() -> None:
-    """Issue 17.8: verl SFT ran with verl's seeds (trainer 1, engine 42) and a constant LR whatever the recipe."""
+    """verl SFT ran with verl's seeds (trainer 1, engine 42) and a constant LR whatever the recipe."""
     overrides = sft(table5_sft(warmup_ratio=0.05), seed=7)
     validate_overrides(SFT_CONFIG, overrides)  # verl's FSDPOptimizerConfig accepts it
     cfg = compose(SFT_CONFIG, overrides)
@@ -242,7 +242,7 @@ VERL_JUDGE = {"judge": {"kind": "llm", "model": {"backend": "vllm", "model": "me
 
 
 def test_a_vllm_judge_is_hosted_by_verl_on_the_training_gpus() -> None:
-    """Issue 17.8: a verl stage could only reach its judge at an endpoint served beside the job. A vLLM judge model is
+    """A verl stage could only reach its judge at an endpoint served beside the job. A vLLM judge model is
     now verl's generative reward model, colocated on every training GPU, reached through verl's reward router."""
     import types
 
@@ -429,7 +429,7 @@ def test_ray_job_submit_names_secrets_by_reference(tmp_path: Path) -> None:
 
 
 def test_ray_stage_puts_no_secret_on_any_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 17.2: with cluster.ray_address, run_verl ran `ray job submit --runtime-env-json` holding the keys, in
+    """With cluster.ray_address, run_verl ran `ray job submit --runtime-env-json` holding the keys, in
     `ps` for the whole run. Now nothing is spawned: the job goes to Ray's client in this process."""
     spawned: list[str] = []
     popen_init = subprocess.Popen.__init__
@@ -617,7 +617,7 @@ def test_merge_checkpoint_runs_verls_merger(fsdp_lora_checkpoint: tuple[Path, ob
     assert (logits - reference).abs().max().item() < 1e-4
 
 
-# --- issue 25: concurrency over verl's workers, local endpoints on several nodes, the job's environment ----------
+# --- concurrency over verl's workers, local endpoints on several nodes, the job's environment ----------
 
 
 def _stage_command(recipe: str, stage: str, overrides: list[str], tmp_path: Path) -> Any:
@@ -636,7 +636,7 @@ def _stage_command(recipe: str, stage: str, overrides: list[str], tmp_path: Path
 
 @pytest.mark.parametrize(("bound", "workers", "each"), [(64, 8, 8), (4, 4, 1), (20, 8, 2)])
 def test_judge_concurrency_is_divided_over_the_reward_workers(bound: int, workers: int, each: int) -> None:
-    """Issue 25.10: 8 reward workers each held a scorer with the recipe's whole max_concurrency (8x the bound)."""
+    """8 reward workers each held a scorer with the recipe's whole max_concurrency (8x the bound)."""
     recipe = json.loads(json.dumps(LLM_JUDGE))
     recipe["judge"]["model"]["max_concurrency"] = bound
     got = as_dict(grpo(table5_grpo(reward=RewardConfig.model_validate(recipe))))
@@ -653,7 +653,7 @@ def test_judge_concurrency_is_divided_over_the_reward_workers(bound: int, worker
 
 
 def test_user_concurrency_is_divided_over_the_agent_loop_workers(tmp_path: Path) -> None:
-    """Issue 25.10: every agent-loop worker built its own LLM user client with the recipe's whole bound."""
+    """Every agent-loop worker built its own LLM user client with the recipe's whole bound."""
     from memrl.app.recipe import load_recipe
     from memrl.train.verl.collab_overrides import loop_settings
 
@@ -670,7 +670,7 @@ def test_user_concurrency_is_divided_over_the_agent_loop_workers(tmp_path: Path)
     [("reflector-qwen2.5-7b", "grpo", "judge"), ("collaborator-qwen2.5-7b", "collab", "user")],
 )
 def test_a_multi_node_stage_refuses_a_local_endpoint(recipe: str, stage: str, role: str, tmp_path: Path) -> None:
-    """Issue 25.11: 127.0.0.1 is a different host on every node of the run."""
+    """127.0.0.1 is a different host on every node of the run."""
     local = {"judge": "stages.grpo.reward.judge.model.endpoint", "user": "stages.collab.env.user_model.endpoint"}[role]
     one = [f"{local}=http://127.0.0.1:8000/v1"]
     _stage_command(recipe, stage, one, tmp_path)  # one node: fine
@@ -681,7 +681,7 @@ def test_a_multi_node_stage_refuses_a_local_endpoint(recipe: str, stage: str, ro
 
 
 def test_grpo_job_environment_carries_the_unscored_stop(tmp_path: Path) -> None:
-    """Issue 25.9: the memrl_grpo estimator in verl's trainer learns the stop and the endpoints from MEMRL_UNSCORED."""
+    """The memrl_grpo estimator in verl's trainer learns the stop and the endpoints from MEMRL_UNSCORED."""
     from memrl.rewards.unscored import UNSCORED_ENV, UnscoredWatch
 
     command = _stage_command(
@@ -702,7 +702,7 @@ def test_grpo_job_environment_carries_the_unscored_stop(tmp_path: Path) -> None:
 
 
 def test_a_judge_url_with_credentials_is_refused_before_it_reaches_verl() -> None:
-    """Issue 26.4: verl prints and saves its config, so a URL credential would land in both; the key goes as api_key."""
+    """verl prints and saves its config, so a URL credential would land in both; the key goes as api_key."""
     recipe = json.loads(json.dumps(LLM_JUDGE))
     recipe["judge"]["model"]["endpoint"] = "http://judge:url-secret-26@127.0.0.1:9/v1"
     with pytest.raises(ConfigError) as caught:

@@ -1,4 +1,4 @@
-"""Every trainer a recipe can select keeps to the node's placement plan (issue 41, items 1, 2, 4, 6): the processes
+"""Every trainer a recipe can select keeps to the node's placement plan: the processes
 it starts, the GPUs they see, what `memrl launch` asks Ray for, and what the dry run and `memrl preflight` print."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Issue 19: an output folder in a broken state. One run at a time per folder (item 0), a damaged resume log or
-setup file (item 3), an unreachable judge (item 9) and a resumption with other runtime settings (item 10)."""
+"""An output folder in a broken state: one run at a time per folder, a damaged resume log or setup file, an
+unreachable judge, and a resumption with other runtime settings."""
 
 from __future__ import annotations
 

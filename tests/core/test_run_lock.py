@@ -1,4 +1,4 @@
-"""Issue 26.5: files and processes. The run folder's lock never writes through a link planted at its path, and
+"""Files and processes. The run folder's lock never writes through a link planted at its path, and
 names the right file when a write fails; a Ray address where a server that is not Ray listens fails in one line
 within seconds, where ray.init would retry for 10+ minutes."""
 

@@ -66,7 +66,7 @@ def test_redact_masks_by_role_by_name_and_by_flag() -> None:
 
 
 def test_launch_dry_run_masks_a_secret_under_any_variable_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 19.7: `api_key: ${JUDGE_CRED}` showed "JUDGE_CRED": "sk-..." in the dry run's runtime_env."""
+    """`api_key: ${JUDGE_CRED}` showed "JUDGE_CRED": "sk-..." in the dry run's runtime_env."""
     monkeypatch.setenv("JUDGE_CRED", CRED)
     monkeypatch.setenv("MEMRL_NOTE", f"see http://judge/v1?key={CRED}")  # a plain name holding the secret
     recipe = tmp_path / "cred.yaml"
@@ -110,7 +110,7 @@ def test_errors_logs_and_the_run_console_mask_registered_secrets(
 
 
 def test_secret_in_an_endpoint_url_is_not_printed(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
-    """Issue 19.8: `endpoint: ...?key=${OPENAI_API_KEY}` printed the key in the "unreachable" error line."""
+    """`endpoint: ...?key=${OPENAI_API_KEY}` printed the key in the "unreachable" error line."""
     key = "sk-url-secret-1f9c3a"
     recipe = tmp_path / "url.yaml"
     recipe.write_text(

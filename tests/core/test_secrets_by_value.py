@@ -1,4 +1,4 @@
-"""Issue 26.4: a secret is masked by value, whatever holds it: a variable of any name that fills a URL's credentials
+"""A secret is masked by value, whatever holds it: a variable of any name that fills a URL's credentials
 through `${VAR}`, credentials written into a URL on the command line, an env value that is no plain YAML string."""
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 @pytest.mark.slow
 def test_a_killed_driver_takes_its_local_ray_with_it() -> None:
-    """Issue 26.5: after SIGKILL of a driver, Ray's dashboard and runtime-env agents lived on for 30-90 s."""
+    """After SIGKILL of a driver, Ray's dashboard and runtime-env agents lived on for 30-90 s."""
     driver = (
         "import contextlib, time; from memrl.envs.ray_start import start_ray; start_ray(None, contextlib.ExitStack()); "
         "print('up', flush=True); time.sleep(600)"
@@ -403,7 +403,7 @@ def test_killed_tod_data_generation_resumes_without_loss_or_duplicates(
         assert (out / persona.name).read_bytes() == persona.read_bytes()
 
 
-# --- 4. issue 19: two runs on one folder, a torn log (a rerun with more patience: in 2) -------------------------------
+# --- two runs on one folder, a torn log (a rerun with more patience: in 2) -------------------------------
 
 
 def test_two_runs_on_one_folder_one_owns_it_and_sessions_land_once_and_a_torn_last_line_runs_again(

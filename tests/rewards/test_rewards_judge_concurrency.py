@@ -107,7 +107,7 @@ def test_recipe_judge_keeps_its_max_concurrency_in_flight(fixed_latency_server: 
 def test_trl_processes_share_the_judge_bound(
     fixed_latency_server: FixedLatencyServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 41, item 7: under `accelerate launch` each of 8 processes scores its own batches; the judge saw
+    """Under `accelerate launch` each of 8 processes scores its own batches; the judge saw
     8 x 64 = 512 requests against the recipe's bound of 64. Each process now keeps 64 / 8 in flight."""
     from memrl.core.errors import ConfigError
     from memrl.train.trl.rewards import grpo_rewards

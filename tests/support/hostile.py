@@ -25,7 +25,7 @@ TEXT_KINDS = ("missing", "binary", "latin1", "folder")  # a plain-text input: em
 DIR_KINDS = ("missing", "file", "empty_dir", "binary_dir", "truncated_dir", "wrong_dir")
 OUT_KINDS = ("existing_file", "below_file", "readonly")
 PORT_KINDS = ("70000", "-1", "0", "http")
-# Round two (issue 26): input files that exhaust the stack, memory or patience, and paths of the wrong kind.
+# Input files that exhaust the stack, memory or patience, and paths of the wrong kind.
 FILE_KINDS_2 = ("deep_json", "deep_yaml", "zeros_sparse", "zeros", "fifo", "chardev", "broken_link")
 DIR_KINDS_2 = ("fifo", "chardev", "broken_link")
 YAML_KINDS = ("yaml_bomb", "yaml_self", "yaml_tag", "deep_yaml")  # recipes: valid YAML syntax, hostile content

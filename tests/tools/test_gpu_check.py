@@ -31,7 +31,7 @@ def test_every_phase_runs_on_the_cpu(tmp_path: Path) -> None:
     assert list(rows) == list(PHASES)
     assert all("  ok" in line and "FAILED" not in line for line in rows.values()), "\n".join(table)
     moved = rows["full_step"].split("memrl: ")[1].split("%")[0]
-    assert float(moved) > 50  # one step at lr 1e-6 from the bf16 weights moves them (issue 41, item 3)
+    assert float(moved) > 50  # one step at lr 1e-6 from the bf16 weights moves them
     assert "memrl from /" in done.stdout and "memrl-layout-" in done.stdout  # the checkout, laid out as installed
 
 

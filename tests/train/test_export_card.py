@@ -1,4 +1,4 @@
-"""Issue 17.8: exported model cards carry the Hub's `pipeline_tag` and `license`; no caller passes transformers 5 the
+"""Exported model cards carry the Hub's `pipeline_tag` and `license`; no caller passes transformers 5 the
 `safe_serialization` argument it ignores."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 41, item 3: full-parameter training of a bf16 checkpoint moves its weights at lr 1e-6.
+"""Full-parameter training of a bf16 checkpoint moves its weights at lr 1e-6.
 
 transformers 5 loads a bf16 checkpoint as bf16; an optimizer step of 1e-6 on bf16 weights rounds away for all but
 the weights nearest zero (about 1% of a random init), so a run "completes" flat. memrl's own loading path now gives

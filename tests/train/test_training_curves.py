@@ -1,4 +1,4 @@
-"""Issue 17.4: charts on CPU. verl's metrics are written by verl 0.9.1's own file logger (what a GPU run writes), HF
+"""Charts on CPU. verl's metrics are written by verl 0.9.1's own file logger (what a GPU run writes), HF
 Trainer log histories as TRL and the judger keep them, the judger's ROC/PR, and Recall@k of the TOD metrics."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_no_metrics_draw_nothing(tmp_path: Path) -> None:
 def test_run_report_draws_the_reward_curve_of_a_verl_grpo_stage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 17.4: the report's reward curve read TRL's log_history.json only; verl stages left none."""
+    """The report's reward curve read TRL's log_history.json only; verl stages left none."""
     from memrl.train.report import grpo_logs, write_report
 
     for name in ("grpo", "sft"):

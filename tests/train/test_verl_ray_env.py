@@ -1,4 +1,4 @@
-"""Issue 25.6 / 25.12d: what verl's Ray workers see. `memrl.train.verl.main` starts Ray with one runtime_env: the
+"""What verl's Ray workers see. `memrl.train.verl.main` starts Ray with one runtime_env: the
 Ray job's variables, those forwarded from its own environment (wandb's, Hugging Face's, the API keys memrl hands
 over by variable, MEMRL_UNSCORED), verl's defaults and the config's; none of it in verl's config, which verl prints.
 A real cluster joined the way `memrl launch` joins it is in test_cluster.py (its two-node cluster)."""

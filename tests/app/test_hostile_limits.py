@@ -1,4 +1,4 @@
-"""Hostile input, round two (issue 26): inputs that exhaust the stack, memory or patience, paths of the wrong kind,
+"""Hostile input at the limits: inputs that exhaust the stack, memory or patience, paths of the wrong kind,
 hostile YAML, absurd numbers and outputs outside the run folder. Each is one `memrl: error:` line naming the input,
 exit 2, no traceback, and no hang (a FIFO read would wait for a writer forever: an alarm turns a hang into a
 failure).
