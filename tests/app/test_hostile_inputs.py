@@ -123,7 +123,6 @@ EXEMPT = {
 
 # Parameters that hold a path although typed str (a recipe is a bundled name or a file; PHASEFILE:INDEX).
 STR_PATHS = {("run", "recipe"), ("launch", "recipe"), ("recipes show", "recipe"), ("pahf feedback", "scenario")}
-# Variants of one broken-resume case that fail only once item 3 (ResumableJsonl's broken state) lands.
 
 
 def _commands() -> Iterator[tuple[str, Any]]:

@@ -35,7 +35,7 @@ def _error_line(result: subprocess.CompletedProcess[str]) -> str:
     return last
 
 
-# --- item 0: one run at a time in an output folder ----------------------------------------------------------------
+# --- one run at a time in an output folder ----------------------------------------------------------------
 
 
 def test_a_second_run_into_a_held_folder_fails_naming_the_owner_pid(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
@@ -76,7 +76,7 @@ def test_hold_leaves_no_empty_folder_when_the_run_fails_at_once(tmp_path: Path) 
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["result.json"]
 
 
-# --- item 3: a damaged resume log or setup file -------------------------------------------------------------------
+# --- a damaged resume log or setup file -------------------------------------------------------------------
 
 
 def _log(path: Path, *lines: str) -> Path:
@@ -138,7 +138,7 @@ def test_eval_collab_on_a_damaged_config_is_one_line_naming_it(tmp_path: Path, m
     assert f"{config}: not valid JSON" in line and ", line " in line
 
 
-# --- item 9: an unreachable LLM judge -----------------------------------------------------------------------------
+# --- an unreachable LLM judge -----------------------------------------------------------------------------
 
 
 def test_reward_score_with_an_unreachable_judge_exits_2(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
@@ -150,7 +150,7 @@ def test_reward_score_with_an_unreachable_judge_exits_2(tmp_path: Path, memrl_cl
     assert result.stdout == ""  # no score printed
 
 
-# --- item 10: settings that do not change results may change on resumption ----------------------------------------
+# --- settings that do not change results may change on resumption ----------------------------------------
 
 
 def _collab(spec: str, **kw: object) -> CollabEvalConfig:
