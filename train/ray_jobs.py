@@ -35,6 +35,18 @@ def connect(address: str) -> Any:
         raise MemrlError(f"cannot reach the Ray job server at {address}: {first_line(exc)}") from None
 
 
+def node_gpus(address: str) -> int:
+    """The most GPUs one live node of the cluster at `address` declares (Ray's state API, through its dashboard):
+    what a job's process, which runs on one node, can be given."""
+    from ray.util.state import list_nodes
+
+    try:
+        nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+    except Exception as exc:
+        raise MemrlError(f"cannot list the nodes of the Ray cluster at {address}: {first_line(exc)}") from None
+    return int(max((node.resources_total.get("GPU", 0) for node in nodes), default=0))
+
+
 def follow(client: Any, job_id: str, write: Write) -> tuple[str, str]:
     """Stream the job's logs to `write` until it ends; return its final status and Ray's message. Ctrl-C stops the
     job, then propagates."""

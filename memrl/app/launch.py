@@ -198,7 +198,12 @@ class JobPlan:
     runtime_env: dict[str, Any]
     stages: list[str]
     gpus: dict[str, int]  # stage -> GPUs the job's own process needs (torchrun, in-process vLLM on the job's node)
+    gpus_if_any: dict[str, int]  # stage -> GPUs it takes where the cluster has some (stages.base.Job.gpus_if_any)
     notes: list[str]
+
+    def entrypoint_gpus(self, stage: str, node_gpus: int) -> int:
+        """The GPUs the stage's job asks Ray for on a cluster whose largest node holds `node_gpus` (0: none asked)."""
+        return max(self.gpus.get(stage, 0), min(self.gpus_if_any.get(stage, 0), node_gpus))
 
     def entrypoint(self, stage: str) -> str:
         return f"memrl run {shlex.quote(self.path.as_posix())} --stage {shlex.quote(stage)}"
@@ -207,8 +212,11 @@ class JobPlan:
         return self.runtime_env | {"env_vars": masked(self.runtime_env.get("env_vars", {}))}
 
 
-def job_recipe(loaded: LoadedRecipe, dashboard: str) -> tuple[dict[str, Any], dict[str, int], list[str]]:
-    """The resolved recipe, adapted to run stage by stage inside Ray jobs; GPUs per job; notes for the user."""
+def job_recipe(
+    loaded: LoadedRecipe, dashboard: str
+) -> tuple[dict[str, Any], dict[str, int], dict[str, int], list[str]]:
+    """The resolved recipe, adapted to run stage by stage inside Ray jobs; GPUs per job, always and where the cluster
+    has some; notes for the user."""
     from memrl.app.stages.base import inprocess_gpus
     from memrl.app.stages.registry import kind_of
 
@@ -216,13 +224,16 @@ def job_recipe(loaded: LoadedRecipe, dashboard: str) -> tuple[dict[str, Any], di
     data = loaded.resolved()
     data["output_dir"] = str(recipe.run_dir.resolve())  # the jobs' cwd is Ray's copy of the working dir
     gpus: dict[str, int] = {}
+    gpus_if_any: dict[str, int] = {}
     notes: list[str] = []
     for name, stage in recipe.stages.items():
         job = kind_of(stage).job(stage, data["stages"][name], name, dashboard)
         if asked := max(job.gpus, inprocess_gpus(stage, recipe.models)):
             gpus[name] = asked
+        if job.gpus_if_any > asked:
+            gpus_if_any[name] = job.gpus_if_any
         notes += job.notes
-    return data, gpus, notes
+    return data, gpus, gpus_if_any, notes
 
 
 def validate_job_recipe(data: dict[str, Any], name: str) -> LoadedRecipe:
@@ -248,7 +259,7 @@ def plan(
     working_dir = (working_dir or Path.cwd()).resolve()
     environ = os.environ if environ is None else environ
     dashboard = check_address(dashboard)  # a dry run plans for an address it never connects to
-    data, gpus, notes = job_recipe(loaded, dashboard)
+    data, gpus, gpus_if_any, notes = job_recipe(loaded, dashboard)
     job = validate_job_recipe(data, recipe.name)
     text = yaml.safe_dump(data, sort_keys=False)
     digest = hashlib.sha1(text.encode()).hexdigest()[:8]
@@ -259,7 +270,7 @@ def plan(
     }
     stages = [name for name in recipe.stages if not only or name in only]
     path = Path(LAUNCH_DIR) / f"{recipe.name}-{digest}.yaml"
-    return JobPlan(job.recipe, text, path, runtime_env, stages, gpus, notes)
+    return JobPlan(job.recipe, text, path, runtime_env, stages, gpus, gpus_if_any, notes)
 
 
 # ---- dry run -------------------------------------------------------------------------------------------------------
@@ -283,8 +294,11 @@ def describe(job: JobPlan, address: str, echo: Any) -> None:
         stage = job.recipe.stages[name]
         say(f"\nstage {name} ({stage.kind}): Ray job")
         say(f"  entrypoint: {job.entrypoint(name)}")
-        if name in job.gpus:
-            say(f"  entrypoint GPUs: {job.gpus[name]}")
+        least, most = job.gpus.get(name, 0), job.gpus_if_any.get(name, 0)
+        if most:
+            say(f"  entrypoint GPUs: {least} to {most}, as many as the cluster's largest node has")
+        elif least:
+            say(f"  entrypoint GPUs: {least}")
         say(f"  runtime_env: {shown}")
         for block in plan_lines(ctx, name):
             for line in block.splitlines():
@@ -303,6 +317,7 @@ def launch(job: JobPlan, dashboard: str, console: Console, write: Any = None) ->
     for note in job.notes:
         console.print(f"note: {note}", highlight=False)
     client = ray_jobs.connect(dashboard)
+    node_gpus = ray_jobs.node_gpus(dashboard) if set(job.stages) & set(job.gpus_if_any) else 0
     for name in job.stages:
         console.rule(f"stage {name}")
         try:
@@ -310,7 +325,7 @@ def launch(job: JobPlan, dashboard: str, console: Console, write: Any = None) ->
                 entrypoint=job.entrypoint(name),
                 runtime_env=job.runtime_env,
                 metadata={"memrl_recipe": job.recipe.name, "memrl_stage": name},
-                entrypoint_num_gpus=job.gpus.get(name) or None,
+                entrypoint_num_gpus=job.entrypoint_gpus(name, node_gpus) or None,
             )
         except Exception as exc:
             raise MemrlError(f"stage {name}: the Ray job server refused the job: {first_line(exc)}") from None

@@ -349,6 +349,33 @@ def test_verl_workers_on_every_node_see_the_jobs_environment(
 
 
 @pytest.mark.slow
+def test_launch_sees_how_many_gpus_a_node_of_the_cluster_has(cluster: Cluster) -> None:
+    """A TRL, LLaMA-Factory or one-process judger job asks Ray for its trainer's GPUs only where a node has some:
+    `memrl launch` reads the live nodes through the job server (token auth included). This cluster's two nodes
+    declare none; a third joins declaring 2 (Ray takes the count as given: no GPU needed here) and is stopped."""
+    from memrl.train.ray_jobs import node_gpus
+
+    assert node_gpus(cluster.dashboard) == 0
+    root = Path(tempfile.mkdtemp(prefix="mrg", dir="/tmp"))
+    try:
+        joined = subprocess.run(
+            [RAY, "start", "--address", cluster.gcs, *_node_args(root), "--num-gpus", "2"],
+            capture_output=True, text=True, env=_env(), timeout=180,
+        )  # fmt: skip
+        assert joined.returncode == 0, joined.stderr[-2000:]
+        deadline = time.monotonic() + 60
+        while (seen := node_gpus(cluster.dashboard)) != 2:
+            assert time.monotonic() < deadline, f"the GPU node never showed: {seen}"
+            time.sleep(1)
+    finally:
+        stop_ray([root])
+    deadline = time.monotonic() + 60
+    while len(cluster.node_ids()) > 2:  # the tests after this one see the two nodes they started with
+        assert time.monotonic() < deadline, "the GPU node never left"
+        time.sleep(1)
+
+
+@pytest.mark.slow
 def test_dry_run_prints_every_stage_and_masks_secrets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

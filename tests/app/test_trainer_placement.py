@@ -97,6 +97,36 @@ def test_launch_asks_ray_for_the_gpu_of_an_in_process_vllm(tmp_path: Path) -> No
     assert "eval" not in launch.plan(cpu, "http://head:8265", working_dir=tmp_path, environ={}).gpus
 
 
+@pytest.mark.parametrize(
+    ("recipe", "stage", "overrides", "least", "trainer_gpus"),
+    [
+        # the 7B policy is a vLLM model: its TRL stages need a GPU wherever they run
+        ("reflector-qwen2.5-7b", "sft", ["stages.sft.trainer=trl"], 1, 8),
+        ("reflector-qwen2.5-7b", "grpo", ["stages.grpo.trainer=trl"], 1, 4),  # the judge's server keeps GPUs 4-7
+        ("reflector-qwen2.5-7b", "sft", ["stages.sft.trainer=llamafactory", f"stages.sft.{SERVER_ON_4_TO_7}"], 1, 4),
+        ("collaborator-quickstart", "collab", [], 0, 8),
+        ("judger-minilm-cpu", "judger", ["data=/tmp"], 0, 1),
+        ("quickstart", "sft", [], 0, 8),
+    ],
+)
+def test_a_trainer_that_runs_on_cpu_too_asks_ray_for_gpus_only_where_a_node_has_some(
+    recipe: str, stage: str, overrides: list[str], least: int, trainer_gpus: int, tmp_path: Path
+) -> None:
+    """Not asked, Ray may start the job on a node without GPUs (the head, often) or beside another job on the same
+    GPUs; asked always, a CPU-only cluster never schedules it, and more than a node holds, no cluster does."""
+    loaded = load_recipe(recipe, [f"output_dir={tmp_path / 'run'}", *overrides])
+    if stage == "sft" and "llamafactory" in " ".join(overrides):
+        _lf_data(tmp_path / "run")
+    job = launch.plan(loaded, "http://head:8265", working_dir=tmp_path, environ={})
+    assert job.gpus.get(stage, 0) == least and job.gpus_if_any[stage] == trainer_gpus
+    assert job.entrypoint_gpus(stage, 0) == least  # a CPU-only cluster
+    assert job.entrypoint_gpus(stage, 2) == min(2, trainer_gpus)  # its largest node holds 2
+    assert job.entrypoint_gpus(stage, 8) == trainer_gpus
+    text = io.StringIO()
+    launch.describe(job, "http://head:8265", lambda line: text.write(line + "\n"))
+    assert f"entrypoint GPUs: {least} to {trainer_gpus}, as many as the cluster's largest node has" in text.getvalue()
+
+
 def test_preflight_plans_every_trainer_a_recipe_can_select(tmp_path: Path) -> None:
     """The dry run's placement block and preflight cover trl, verl, llamafactory and the judger."""
     out = f"output_dir={tmp_path / 'run'}"

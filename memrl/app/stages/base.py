@@ -22,6 +22,10 @@ class Job:
     """What `memrl launch` needs to know about a stage beyond its recipe entry."""
 
     gpus: int = 0  # GPUs the job's own process takes (torchrun on the job's node); 0: the stage asks for none
+    # GPUs it takes where the cluster has any: a trainer that also runs on CPU (TRL, LLaMA-Factory, the judger in
+    # one process). Asked of a CPU-only cluster, the job would never be scheduled; not asked of a GPU one, Ray may
+    # start it on a node without GPUs (often the head) or beside another job on the same GPUs.
+    gpus_if_any: int = 0
     notes: tuple[str, ...] = ()  # told to the user before submission
 
 

@@ -23,6 +23,7 @@ from memrl.app.stages.training import (
     with_init,
 )
 from memrl.train.online.config import CollabGRPOStage
+from memrl.train.placement import trainer_cluster
 from memrl.train.trl import backend as trl_backend
 from memrl.train.verl import backend as verl
 
@@ -58,10 +59,12 @@ def run(stage: CollabGRPOStage, ctx: RunContext, name: str) -> None:
 
 
 def job(stage: CollabGRPOStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
-    """Inside a Ray job, verl joins the job's cluster instead of starting its own Ray (as the reflector's GRPO)."""
+    """Inside a Ray job, verl joins the job's cluster instead of starting its own Ray (as the reflector's GRPO); TRL
+    trains in the job's own processes, on GPUs where the cluster has some."""
     if stage.trainer == "verl":
         verl.join_job_cluster(raw)
-    return Job()
+        return Job()
+    return Job(gpus_if_any=trainer_cluster(stage).gpus_per_node)
 
 
 COLLAB_GRPO = StageKind(CollabGRPOStage, run, planner(TRAINERS, _data), job, refs=("init",))

@@ -92,7 +92,7 @@ def plan_judger(stage: JudgerStage, ctx: RunContext, name: str) -> list[str]:
 def judger_job(stage: JudgerStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
     """A distributed judger is torchrun on the job's own node: the job asks Ray for that node's GPUs."""
     if not stage.distributed:
-        return Job()  # CPU or one GPU, in the job's process, as on a workstation
+        return Job(gpus_if_any=1)  # CPU or one GPU, in the job's process, as on a workstation
     if stage.cluster.nnodes > 1:
         raise ConfigError(
             f"stages.{name}.cluster.nnodes={stage.cluster.nnodes}: under `memrl launch` a judger stage runs on one "

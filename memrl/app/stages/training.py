@@ -183,9 +183,9 @@ def planner(trainers: dict[str, Trainer[S]], data: DataOf = _artifact) -> Callab
     return dry_run
 
 
-def _verl_job(stage: SFTStage | GRPOStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
-    if stage.trainer != "verl":
-        return Job()
+def _job(stage: SFTStage | GRPOStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
+    if stage.trainer != "verl":  # TRL, LLaMA-Factory: the job's own processes train, on GPUs where there are some
+        return Job(gpus_if_any=trainer_cluster(stage).gpus_per_node)
     if not isinstance(stage, SFTStage):
         # The reward function is named by module already (memrl.train.verl.rewards.reward_path), outcome included.
         verl.join_job_cluster(raw)
@@ -201,5 +201,5 @@ def _verl_job(stage: SFTStage | GRPOStage, raw: dict[str, Any], name: str, dashb
     return Job(gpus=trainer_cluster(stage).gpus_per_node)
 
 
-SFT = StageKind(SFTStage, runner(SFT_TRAINERS), planner(SFT_TRAINERS), _verl_job, refs=("data",))
-GRPO = StageKind(GRPOStage, runner(GRPO_TRAINERS), planner(GRPO_TRAINERS), _verl_job, refs=("data", "init"))
+SFT = StageKind(SFTStage, runner(SFT_TRAINERS), planner(SFT_TRAINERS), _job, refs=("data",))
+GRPO = StageKind(GRPOStage, runner(GRPO_TRAINERS), planner(GRPO_TRAINERS), _job, refs=("data", "init"))
