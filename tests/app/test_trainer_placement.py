@@ -54,7 +54,10 @@ def test_llamafactory_runs_torchrun_on_the_trainers_gpus_only(tmp_path: Path) ->
 
     _lf_data(tmp_path / "run")
     text = _dry_run(tmp_path, "reflector-qwen2.5-7b", "sft", sft, f"stages.sft.{SERVER_ON_4_TO_7}")
-    assert "NPROC_PER_NODE=4 NNODES=1 CUDA_VISIBLE_DEVICES=0,1,2,3 FORCE_TORCHRUN=1 llamafactory-cli train" in text
+    assert (
+        "NPROC_PER_NODE=4 NNODES=1 CUDA_VISIBLE_DEVICES=0,1,2,3 FORCE_TORCHRUN=1 GLOO_SOCKET_IFNAME=lo "
+        "NCCL_SOCKET_IFNAME=lo llamafactory-cli train"
+    ) in text
     assert "policy (LLaMA-Factory under torchrun, ZeRO-2): Qwen/Qwen2.5-7B-Instruct on GPUs 0,1,2,3" in text
     assert "trainer processes: 4 on this node, one per GPU, each started with CUDA_VISIBLE_DEVICES=0,1,2,3" in text
 

@@ -83,3 +83,52 @@ def test_environment_is_created_and_isolated(llamafactory_venv: Path, memrl_cli:
     # A second call finds it ready and changes nothing.
     again = memrl_cli("env", "llamafactory", "--path", env_dir, check=True, timeout=60)
     assert again.stdout.strip() == str(cli)
+
+
+TWO_RANKS = """
+import time
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.barrier()
+time.sleep(1.5)  # the stores are up: the test samples what listens
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("shimmed", [True, False], ids=["memrl-torchrun", "lf-own-torchrun"])
+def test_llamafactorys_torchrun_on_one_node_listens_on_loopback_only(
+    shimmed: bool, llamafactory_venv: Path, tmp_path: Path
+) -> None:
+    """LLaMA-Factory runs `torchrun` by name (its launcher, FORCE_TORCHRUN on several GPUs), from its own environment
+    where memrl is not installed. Its own torchrun's store listens on every interface; the `torchrun` memrl puts first
+    on PATH (loopback_torchrun) is memrl's loopback launcher run by LLaMA-Factory's python. Two gloo ranks on CPU,
+    started the way LLaMA-Factory's launcher starts them, with the environment cli_env gives a single node."""
+    import os
+
+    from support import Listeners
+
+    from memrl.train.distributed import ONE_NODE_ENV
+
+    (tmp_path / "ranks.py").write_text(TWO_RANKS)
+    bin_dir = llamafactory_venv / "bin"
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    if shimmed:
+        path = f"{lf.loopback_torchrun(tmp_path / '.bin', bin_dir / 'python')}:{path}"
+    env = {**os.environ, **ONE_NODE_ENV, "PATH": path, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    from memrl.rollout.serve import free_port
+
+    argv = ["torchrun", "--nnodes", "1", "--node_rank", "0", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+            "--master_port", str(free_port()), str(tmp_path / "ranks.py")]  # fmt: skip
+    with Listeners(os.getpid(), every=0.1) as listeners:
+        done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    commands = " ".join(command for _, command, _ in listeners.found)
+    assert listeners.found, "nothing listened: the sampling missed the run"
+    if shimmed:
+        assert "python -c import runpy" in commands, listeners.found  # the store is the shim's, memrl's launcher
+        assert not listeners.exposed(), listeners.exposed()
+    else:  # what the shim is for: LLaMA-Factory's own torchrun listens beyond this machine
+        assert listeners.exposed(), listeners.found

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,7 +24,9 @@ from memrl.core.errors import ConfigError, MemrlError
 from memrl.core.files import read_json
 from memrl.core.outcomes import require_data
 from memrl.core.yamlsafe import load_yaml
+from memrl.train import loopback
 from memrl.train.config import LoraConfig, SFTStage
+from memrl.train.distributed import ranks_env
 from memrl.train.placement import trainer_cluster, trainer_env
 from memrl.train.processes import run_logged
 from memrl.train.stage_run import StageRun
@@ -231,7 +234,21 @@ def cli_env(stage: SFTStage, cpu: bool) -> dict[str, str]:
     env = {"NPROC_PER_NODE": str(per_node), "NNODES": str(stage.cluster.nnodes), **trainer_env(stage)}
     if stage.cluster.nnodes * per_node > 1:
         env["FORCE_TORCHRUN"] = "1"
+        env |= ranks_env(stage.cluster)  # one node: the ranks' own sockets on the loopback interface
     return env
+
+
+def loopback_torchrun(bin_dir: Path, python: Path) -> Path:
+    """A `torchrun` for LLaMA-Factory's launcher to find first on PATH (it runs torchrun by name): memrl's loopback
+    launcher (`memrl.train.loopback`), run by path with LLaMA-Factory's own python, so that on one node torchrun's
+    stores listen on 127.0.0.1 only. Its environment lacks memrl; the module needs only torch. Returns `bin_dir`."""
+    run = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    shim = bin_dir / "torchrun"
+    argv = shlex.join([str(python), "-c", run, str(Path(loopback.__file__).resolve()), "torchrun"])
+    shim.write_text(f'#!/bin/sh\nexec {argv} "$@"\n')
+    shim.chmod(0o755)
+    return bin_dir
 
 
 def command(yaml_path: Path, cli_path: Path) -> list[str]:
@@ -246,8 +263,11 @@ def run_llamafactory(
         raise MemrlError(f"{cli_path} does not exist: create the environment with `memrl env llamafactory`")
     base = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "PIP_CONSTRAINT"}}
     base["PATH"] = f"{cli_path.parent}:{base.get('PATH', '')}"
+    env = dict(env or {})
+    if env.get("FORCE_TORCHRUN") == "1" and env.get("NNODES", "1") == "1":
+        base["PATH"] = f"{loopback_torchrun(log.parent / '.bin', cli_path.parent / 'python')}:{base['PATH']}"
     argv = command(yaml_path, cli_path)
-    run_logged(argv, log, name="llamafactory-cli train", shown=" ".join(argv), env=base | dict(env or {}), tail=tail)
+    run_logged(argv, log, name="llamafactory-cli train", shown=" ".join(argv), env=base | env, tail=tail)
 
 
 def save_final(out: Path, *, base: str, stage: str) -> Path:
