@@ -367,8 +367,9 @@ def test_pahf_agent_counts_every_unusable_reply(text: str) -> None:
 
 def test_teacher_gold_counts_unusable_reflections() -> None:
     from memrl.data_gen.reflection import build_records
+    from memrl.envs.collab.records import SessionRecord
 
-    sessions = [
+    rows = [
         {
             "user_id": "u1",
             "session": i,
@@ -383,5 +384,6 @@ def test_teacher_gold_counts_unusable_reflections() -> None:
         }
         for i, text in enumerate(MALFORMED.values())
     ]
+    sessions = [SessionRecord.from_dict(row, f"session {i}") for i, row in enumerate(rows)]
     records, skipped = build_records(sessions, gold="teacher")
     assert records == [] and skipped.teacher_unparsed == len(MALFORMED)
