@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import memrl.train.rewards  # noqa: F401  (registers the next-session outcome: its part is charted too)
 from memrl.rewards.registry import REWARDS
 
 Points = list[tuple[float, float]]
@@ -89,8 +88,9 @@ VERL_PANELS: dict[str, dict[str, str]] = {
     "loss": {"train loss": "train/loss", "eval loss": "val/loss"},
     "learning rate": {"lr": "train/lr"},
 }
-# The reward and the reflection reward's parts (memrl.rewards.registry) on the validation set: verl logs the reward
-# function's extra keys only for validation, as `val-core|val-aux/<data source>/<name>/mean@<n>`.
+# The reward and the reflection reward's parts registered in memrl.rewards (importing memrl.train.rewards here would
+# tie every importer of the charts to the collab world) on the validation set: verl logs the reward function's extra
+# keys only for validation, as `val-core|val-aux/<data source>/<name>/mean@<n>`.
 REWARD_PARTS = ("reward", *(part for entry in REWARDS.values() if entry.build is not None for part in entry.parts))
 _VAL = re.compile(r"^val-(?:core|aux)/(?P<source>[^/]+)/(?P<name>[^/]+)/mean@(?P<n>\d+)$")
 
