@@ -1,15 +1,28 @@
-"""Every reward memrl trains with, by name: its parts (what trainers log), what it needs, and where it is built.
+"""Every reward memrl trains with, by name: its parts (what trainers log), what it needs, what computes it, and, for
+the reflection reward, the factory that builds its parts from the reward config.
 
-`memrl reward list` prints this table. A reward whose factory lives above this layer (it plays an environment) is
-named by its import path, never imported from here; tests check that every factory resolves and that each entry's
-parts are what the trainer adapters produce.
+`memrl reward list` prints this table. The reflection reward is the entries with a `build`, in registry order
+(`reflection_parts`). A reward that plays an environment is built above this layer and registers itself from there
+(`register`, at import of memrl.train.rewards): this module never names a module above it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from memrl.rewards.collab_episode import PARTS as EPISODE_PARTS
+from memrl.rewards.collab_episode import episode_parts
+from memrl.rewards.config import RewardConfig
+from memrl.rewards.format import format_reward
+from memrl.rewards.judge import build_judge
+from memrl.rewards.judged import coverage_parts, format_parts, length_parts
+from memrl.rewards.parts import PartContext, RewardPart
+from memrl.rewards.reward import length_penalty
+
+PartFactory = Callable[[PartContext], list[RewardPart]]  # [] where the config leaves the reward out
 
 
 @dataclass(frozen=True)
@@ -17,47 +30,85 @@ class RewardEntry:
     name: str
     parts: tuple[str, ...]  # the values trainers log and weight (TRL: one reward function each)
     needs: str  # what scoring a sample takes
-    factory: str  # "module:attribute" that builds or computes it
+    factory: Callable[..., Any]  # what builds or computes it
     summary: str
+    build: PartFactory | None = None  # its parts of the reflection reward; None: a reward of its own
+
+    def row(self) -> dict[str, Any]:
+        """The entry as `memrl reward list --json` prints it."""
+        factory = f"{self.factory.__module__}:{self.factory.__qualname__}"
+        return {
+            "name": self.name,
+            "parts": list(self.parts),
+            "needs": self.needs,
+            "factory": factory,
+            "summary": self.summary,
+        }
 
 
-REWARDS: dict[str, RewardEntry] = {
-    entry.name: entry
-    for entry in (
-        RewardEntry(
-            "coverage",
-            ("coverage",),
-            "ground truth preferences (the session's enforcements, gold notes) and a judge (offline MiniLM or an LLM)",
-            "memrl.rewards.judge:build_judge",
-            "how much of the user's preferences the reflection's notes hold (judge 0-3 / 3)",
-        ),
-        RewardEntry(
-            "format",
-            ("format",),
-            "the reply text",
-            "memrl.rewards.format:format_reward",
-            "does the reply keep the reflection's JSON contract (credit 0 to 1)",
-        ),
-        RewardEntry(
-            "length",
-            ("length_penalty",),
-            "the reply text and reward.length_penalty",
-            "memrl.rewards.reward:length_penalty",
-            "minus a penalty per token over the notes' budget",
-        ),
-        RewardEntry(
-            "next_session",
-            ("outcome",),
-            "a next-session reader (an agent model, optionally an LLM judge) and the collab env's rows: reward.outcome",
-            "memrl.train.rewards.next_session:build_scorer",
-            "share of preferences met in the user's next session with the notes minus without them",
-        ),
-        RewardEntry(
-            "collab_episode",
-            EPISODE_PARTS,
-            "a finished collab episode's record (online collab RL)",
-            "memrl.rewards.collab_episode:episode_parts",
-            "the collab episode's parts, summed with the stage's reward weights",
-        ),
+REWARDS: dict[str, RewardEntry] = {}
+
+
+def register(entry: RewardEntry) -> RewardEntry:
+    """Add a reward; a name is registered once."""
+    if entry.name in REWARDS:
+        raise ValueError(f"reward {entry.name!r} is registered already")
+    REWARDS[entry.name] = entry
+    return entry
+
+
+def listed() -> list[RewardEntry]:
+    """The entries as `memrl reward list` shows them: the reflection reward's parts first, in registry order."""
+    return sorted(REWARDS.values(), key=lambda entry: entry.build is None)
+
+
+def reflection_parts(
+    cfg: RewardConfig, data_dir: Path | None = None, shared: Mapping[str, Any] | None = None
+) -> list[RewardPart]:
+    """The reflection reward a RewardConfig describes: every registered factory's parts, in registry order.
+
+    `data_dir`: the stage's reflection data (rewards that play a row's next session read it); `shared`: scorers
+    already built, by the name factories share them under (`judge`: a JudgedScorer)."""
+    ctx = PartContext(cfg, data_dir, shared)
+    return [part for entry in REWARDS.values() if entry.build is not None for part in entry.build(ctx)]
+
+
+register(
+    RewardEntry(
+        "coverage",
+        ("coverage",),
+        "ground truth preferences (the session's enforcements, gold notes) and a judge (offline MiniLM or an LLM)",
+        build_judge,
+        "how much of the user's preferences the reflection's notes hold (judge 0-3 / 3)",
+        coverage_parts,
     )
-}
+)
+register(
+    RewardEntry(
+        "format",
+        ("format",),
+        "the reply text",
+        format_reward,
+        "does the reply keep the reflection's JSON contract (credit 0 to 1)",
+        format_parts,
+    )
+)
+register(
+    RewardEntry(
+        "length",
+        ("length_penalty",),
+        "the reply text and reward.length_penalty",
+        length_penalty,
+        "minus a penalty per token over the notes' budget",
+        length_parts,
+    )
+)
+register(
+    RewardEntry(
+        "collab_episode",
+        EPISODE_PARTS,
+        "a finished collab episode's record (online collab RL)",
+        episode_parts,
+        "the collab episode's parts, summed with the stage's reward weights",
+    )
+)

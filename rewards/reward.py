@@ -6,14 +6,12 @@ counts such samples per batch and in total so trainers can log them instead of t
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from memrl.core.asyncs import MicroBatcher, run_sync
+from memrl.core.asyncs import run_sync
 from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
 from memrl.rewards.format import UNUSABLE, FormatResult, format_reward
 from memrl.rewards.judge import Judge, build_judge
@@ -44,9 +42,6 @@ class RewardScorer:
         self.scored = 0  # samples scored since the scorer was built
         self.batches = 0  # judge calls (one per scored batch)
         self._lock = threading.Lock()
-        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SampleBatcher] = (
-            weakref.WeakKeyDictionary()
-        )
 
     def _notes(self, completion: str, fmt: FormatResult) -> str:
         if fmt.notes is not None:
@@ -114,23 +109,6 @@ class RewardScorer:
     def score(self, completions: Sequence[str], truths: Sequence[TruthLike]) -> list[RewardParts]:
         return run_sync(self.ascore(completions, truths))
 
-    async def ascore_one(
-        self, completion: str, truth: TruthLike, wait_s: float = 0.02, max_batch: int = 256
-    ) -> RewardParts:
-        """Score one sample, batched with the others that arrive on this event loop within `wait_s`.
-
-        verl's reward loop calls the reward function once per sample, concurrently; gathering those calls into
-        one judge batch lets the offline judge embed them in one encoder call.
-        """
-        loop = asyncio.get_running_loop()
-        batcher = self._batchers.get(loop)
-        if batcher is None:
-            batcher = self._batchers[loop] = MicroBatcher(self._ascore_pairs, wait_s, max_batch)
-        return await batcher.submit((completion, truth))
-
-    async def _ascore_pairs(self, pairs: list[tuple[str, TruthLike]]) -> list[RewardParts]:
-        return await self.ascore([c for c, _ in pairs], [t for _, t in pairs])
-
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {
@@ -139,6 +117,3 @@ class RewardScorer:
                 "judge_failures": self.failures,
                 "last_batch_failures": self.last_batch_failures,
             }
-
-
-_SampleBatcher = MicroBatcher[tuple[str, TruthLike], RewardParts]  # (completion, ground truth) -> its parts

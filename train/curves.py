@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memrl.rewards.registry import REWARDS
+
 Points = list[tuple[float, float]]
 Steps = Mapping[int, Mapping[str, float]]  # step -> metric -> value (verl's file logger: memrl.train.verl.metrics)
 # File names, in the folder of the stage or evaluation that drew them.
@@ -86,9 +88,10 @@ VERL_PANELS: dict[str, dict[str, str]] = {
     "loss": {"train loss": "train/loss", "eval loss": "val/loss"},
     "learning rate": {"lr": "train/lr"},
 }
-# The reward and its parts on the validation set (memrl.train.verl.rewards's keys): verl logs the reward function's
-# extra keys only for validation, as `val-core|val-aux/<data source>/<name>/mean@<n>`.
-REWARD_PARTS = ("reward", "coverage", "format", "length_penalty")
+# The reward and the reflection reward's parts registered in memrl.rewards (importing memrl.train.rewards here would
+# tie every importer of the charts to the collab world) on the validation set: verl logs the reward function's extra
+# keys only for validation, as `val-core|val-aux/<data source>/<name>/mean@<n>`.
+REWARD_PARTS = ("reward", *(part for entry in REWARDS.values() if entry.build is not None for part in entry.parts))
 _VAL = re.compile(r"^val-(?:core|aux)/(?P<source>[^/]+)/(?P<name>[^/]+)/mean@(?P<n>\d+)$")
 
 

@@ -10,11 +10,12 @@ from pathlib import Path
 from support import MemrlCLI
 from typer.testing import CliRunner
 
+import memrl.train.rewards  # noqa: F401  (registers next_session, as the CLI does)
 from memrl.app.cli.reward import reward_app
 from memrl.core.errors import ConfigError
 from memrl.rewards.collab_episode import PARTS
 from memrl.rewards.config import LengthPenaltyConfig, RewardConfig
-from memrl.rewards.registry import REWARDS
+from memrl.rewards.registry import REWARDS, listed
 
 REFLECTION = {
     "user_preferences_reasoning": "The user asked twice for a different format.",
@@ -67,7 +68,7 @@ def test_reward_list_shows_every_reward_with_its_parts_and_needs(memrl_cli: Memr
             named[row[0]] = [[] for _ in row]
         for column, text in zip(list(named.values())[-1], row, strict=True):
             column += [text] if text else []
-    assert list(named) == list(REWARDS)
+    assert list(named) == [entry.name for entry in listed()]  # the reflection reward's parts first
     for name, entry in REWARDS.items():
         assert [" ".join(column) for column in named[name][1:3]] == [", ".join(entry.parts), entry.needs]
     rows = [json.loads(line) for line in memrl_cli("reward", "list", "--json", check=True).stdout.splitlines()]
@@ -75,15 +76,20 @@ def test_reward_list_shows_every_reward_with_its_parts_and_needs(memrl_cli: Memr
     assert rows[3]["parts"] == ["outcome"] and rows[4]["parts"] == list(PARTS)
 
 
-def test_registry_factories_resolve_and_parts_are_what_the_trainers_produce() -> None:
+def test_registry_factories_resolve_and_parts_are_what_the_trainers_produce(memrl_cli: MemrlCLI) -> None:
     from memrl.envs.collab.scripted_reader import ScriptedReader
+    from memrl.rewards.config import NextSessionRewardConfig
+    from memrl.rewards.registry import reflection_parts
     from memrl.train.rewards.next_session import NextSessionScorer
-    from memrl.train.trl.rewards import episode_funcs, next_session_func, reward_funcs
+    from memrl.train.rewards.outcome_part import OutcomeScorer
+    from memrl.train.trl.rewards import episode_funcs, reflection_funcs
 
-    for entry in REWARDS.values():
-        module, _, attribute = entry.factory.partition(":")
-        assert callable(getattr(importlib.import_module(module), attribute)), entry.factory
-    judged = [f.__name__ for f in reward_funcs(RewardConfig(length_penalty=LengthPenaltyConfig()))]
-    assert judged == [p for name in ("coverage", "format", "length") for p in REWARDS[name].parts]
+    for row in (json.loads(line) for line in memrl_cli("reward", "list", "--json", check=True).stdout.splitlines()):
+        module, _, attribute = row["factory"].partition(":")
+        assert callable(getattr(importlib.import_module(module), attribute)), row["factory"]
+    cfg = RewardConfig(length_penalty=LengthPenaltyConfig(), outcome=NextSessionRewardConfig(agent="scripted"))
+    outcome = OutcomeScorer(NextSessionScorer(ScriptedReader()), {})
+    parts = reflection_parts(cfg, Path("unread"), shared={"outcome": outcome})
+    names = [f.__name__ for f in reflection_funcs(parts)]
+    assert names == [p for name in ("coverage", "format", "length", "next_session") for p in REWARDS[name].parts]
     assert [f.__name__ for f in episode_funcs()] == list(REWARDS["collab_episode"].parts)
-    assert (next_session_func(NextSessionScorer(ScriptedReader()), {}).__name__,) == REWARDS["next_session"].parts

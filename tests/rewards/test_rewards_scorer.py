@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -47,17 +46,6 @@ def test_plain_notes_are_graded_only_when_asked(judge: OfflineJudge) -> None:
     )
     assert strict.format == lenient.format == 0.0
     assert strict.coverage == 0.0 and lenient.coverage == 1.0  # training: the agent would store nothing
-
-
-def test_concurrent_single_calls_share_one_judge_batch(judge: OfflineJudge) -> None:
-    scorer = RewardScorer(RewardConfig(), judge=judge)
-
-    async def run() -> list[float | None]:
-        parts = await asyncio.gather(*(scorer.ascore_one(REPLY, TRUTH.to_json()) for _ in range(5)))
-        return [p.score for p in parts]
-
-    assert asyncio.run(run()) == [2.0] * 5
-    assert scorer.stats() == {"scored": 5, "batches": 1, "judge_failures": 0, "last_batch_failures": 0}
 
 
 def test_judge_failure_leaves_the_reward_missing_and_counted(tmp_path: Path) -> None:

@@ -27,11 +27,13 @@ from memrl.envs.collab.profiles import UserProfile, sample_profiles
 from memrl.envs.collab.scripted_reader import ScriptedReader, compose_reply, read_habits
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession
 from memrl.rewards.config import NextSessionRewardConfig, RewardConfig
+from memrl.rewards.parts import RewardPart
 from memrl.rollout.base import Message
 from memrl.train.report import write_report
 from memrl.train.rewards.next_session import NextSessionScorer
 from memrl.train.rewards.next_session_eval import outcome_report, spearman
-from memrl.train.trl.rewards import FAILED_METRIC, grpo_rewards, next_session_func
+from memrl.train.rewards.outcome_part import FAILED_METRIC, OutcomeScorer
+from memrl.train.trl.rewards import grpo_rewards, reflection_funcs
 
 PROFILES = sample_profiles(16, seed=7)
 ROWS = [NextSessionRow(f"{p.id}/s0", p.id, p.preferences, "arith", "none", 0) for p in PROFILES]
@@ -147,7 +149,7 @@ def test_a_failed_agent_gives_none() -> None:
 
 def test_trl_adapter_is_async_and_gives_one_value_per_completion() -> None:
     rows = {r.key: r for r in ROWS[:3]}
-    func = next_session_func(scorer(), rows)
+    (func,) = reflection_funcs([RewardPart("outcome", 1.0, OutcomeScorer(scorer(), rows))])
     assert inspect.iscoroutinefunction(func) and func.__name__ == "outcome"
     keys = [r.key for r in ROWS[:3] for _ in range(2)]
     completions = [

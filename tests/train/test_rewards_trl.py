@@ -9,18 +9,29 @@ from pathlib import Path
 from trl.trainer.utils import is_async_callable
 
 from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
+from memrl.rewards.judged import JudgedScorer
 from memrl.rewards.offline_judge import OfflineJudge
+from memrl.rewards.registry import reflection_parts
 from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import GroundTruth
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.serve import free_port
-from memrl.train.trl.rewards import reward_funcs, reward_weights
+from memrl.train.trl.rewards import RewardFunc, reflection_funcs
 
 TRUTH = GroundTruth(("Put that in bullet points.", "End with a one-line TL;DR.")).to_json()
 GOOD = json.dumps(
     {"user_preferences_reasoning": "r", "agent_notes": "- Use bullet points.\n- End each reply with a one-line TL;DR."}
 )
 PROMPT = [{"role": "user", "content": "Reflect on the session."}]
+
+
+def reward_funcs(cfg: RewardConfig, scorer: RewardScorer | None = None) -> list[RewardFunc]:
+    """The reflection reward's TRL functions, judged by `scorer` when given."""
+    return reflection_funcs(reflection_parts(cfg, shared={} if scorer is None else {"judge": JudgedScorer(scorer)}))
+
+
+def reward_weights(cfg: RewardConfig, scorer: RewardScorer) -> list[float]:
+    return [part.weight for part in reflection_parts(cfg, shared={"judge": JudgedScorer(scorer)})]
 
 
 def call_all(funcs: list, completions: list, metrics: dict) -> list[list[float | None]]:  # type: ignore[type-arg]
@@ -47,11 +58,9 @@ def test_names_weights_and_one_judge_call_per_batch(model_cache: object) -> None
     scorer = RewardScorer(cfg, judge=OfflineJudge())
     funcs = reward_funcs(cfg, scorer=scorer)
     assert [f.__name__ for f in funcs] == ["coverage", "format", "length_penalty"]
-    assert reward_weights(cfg) == [1.0, 0.5, 1.0]
-    assert len(reward_funcs(RewardConfig(), scorer=scorer)) == 3  # a given scorer's config decides the parts
-    plain = RewardScorer(RewardConfig(), judge=scorer.judge)
-    assert [f.__name__ for f in reward_funcs(scorer=plain)] == ["coverage", "format"]
-    assert reward_weights(RewardConfig()) == [1.0, 1.0]
+    assert reward_weights(cfg, scorer) == [1.0, 0.5, 1.0]
+    assert [f.__name__ for f in reward_funcs(RewardConfig(), scorer=scorer)] == ["coverage", "format"]
+    assert reward_weights(RewardConfig(), scorer) == [1.0, 1.0]
 
     conversational = [[{"role": "assistant", "content": GOOD}], [{"role": "assistant", "content": "no json"}]]
     metrics: dict[str, list[float]] = {}

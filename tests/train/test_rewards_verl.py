@@ -19,7 +19,7 @@ from memrl.core.errors import ConfigError
 from memrl.rewards.config import JudgeConfig, RewardConfig
 from memrl.rewards.types import GroundTruth
 from memrl.rollout.serve import free_port
-from memrl.train.verl.rewards import compute_score, get_scorer, reward_config
+from memrl.train.verl.rewards import compute_score, get_parts, reward_config
 
 verl = pytest.importorskip("verl")
 
@@ -111,7 +111,8 @@ def tokenizer(tiny_qwen2: str) -> Any:
 
 @pytest.mark.parametrize("name", ["compute_score_async", "compute_score"])
 def test_offline_reward_through_verl_reward_manager(tokenizer: Any, name: str) -> None:
-    scorer = get_scorer({"judge": "offline"})  # the process-wide scorer verl's calls will reuse
+    (judged, *_) = get_parts({"judge": "offline"})  # the process-wide parts verl's calls will reuse
+    scorer = judged.scorer.scorer  # type: ignore[attr-defined]  # coverage's JudgedScorer holds the RewardScorer
     before = scorer.stats()["batches"]
     responses = [FAITHFUL, EVERYTHING, PLAIN]
     manager, outputs, rm_scores = score_through_verl(tokenizer, name, {"judge": "offline"}, responses)

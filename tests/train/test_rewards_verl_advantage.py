@@ -11,6 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from memrl.rewards.config import RewardConfig
+from memrl.rewards.judged import JudgedScorer, judge_scored
+from memrl.rewards.parts import RewardPart
+from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import RewardParts
 from memrl.train.verl.rewards import ADV_ESTIMATOR, ADV_MODULE, to_verl
 
@@ -74,7 +78,9 @@ def test_groups_without_a_baseline_get_zero() -> None:
 
 def test_the_reward_adapter_scores_a_failed_judge_nan() -> None:
     failed = RewardParts(None, None, 1.0, None, 0.0, 4, None, judge_failed=True)
-    out = to_verl(failed)
+    judged = JudgedScorer(RewardScorer(RewardConfig()))
+    parts = [RewardPart("coverage", 1.0, judged), RewardPart("format", 1.0, judged)]
+    out = to_verl(parts, [judge_scored(failed)])
     assert math.isnan(out["score"]) and out["judge_failed"] == 1.0  # type: ignore[arg-type]
 
 

@@ -12,10 +12,11 @@ from test_rewards_trl import GOOD, call_all
 
 from memrl.core.errors import BackendError, ConfigError
 from memrl.rewards.config import JudgeConfig, RewardConfig, UnscoredStop
+from memrl.rewards.registry import reflection_parts
 from memrl.rewards.unscored import UNSCORED_ENV, UnscoredWatch, unscored_env
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.serve import free_port
-from memrl.train.trl.rewards import reward_funcs
+from memrl.train.trl.rewards import reflection_funcs
 
 SOURCE = "judge at http://judge.example/v1 (model m)"
 
@@ -69,7 +70,7 @@ def test_verl_estimator_stops_a_run_whose_judge_is_dead(monkeypatch: pytest.Monk
 def test_trl_reward_functions_stop_a_run_whose_judge_is_unreachable(tmp_path: Path) -> None:
     model = OpenAIModelConfig(backend="openai", model="m", endpoint=f"http://127.0.0.1:{free_port()}/v1", max_retries=0)
     cfg = RewardConfig(judge=JudgeConfig(kind="llm", model=model, cache_dir=str(tmp_path)))
-    funcs = reward_funcs(cfg, watch=UnscoredWatch(UnscoredStop(steps=2), [SOURCE]))
+    funcs = reflection_funcs(reflection_parts(cfg), watch=UnscoredWatch(UnscoredStop(steps=2), [SOURCE]))
     assert call_all(funcs, [GOOD], {}) == [[None], [None]]
     with pytest.raises(BackendError, match="2 steps in a row"):
         call_all(funcs, [GOOD + " "], {})  # a new batch: scored again, failed again

@@ -1,25 +1,23 @@
 """TRL GRPOTrainer reward functions: one per reward part, so TRL logs each (`rewards/coverage/mean`, ...).
 
-    funcs, weights = grpo_rewards(cfg, data_dir)          # the reflection reward, the next-session outcome mixed in
+    funcs, weights = grpo_rewards(cfg, data_dir)          # the reflection reward's parts and their weights
     GRPOConfig(..., reward_weights=weights)
     GRPOTrainer(..., reward_funcs=funcs, train_dataset=ds)   # ds has `ground_truth` (JSON strings) and `key` columns
 
-One adapter serves every batch reward (`part_funcs`): the parts of a reward share one scorer and TRL calls them one
-after another on the same batch, so the scorer runs once per batch: the first function scores it, the others read
-the cached parts. `length_penalty` returns the penalty as a negative number, so every weight is positive and the
-weighted sum equals the judge scorer's total. The collab episode's parts (`episode_funcs`) need no scorer: each
-reads the finished episode's record.
+The reflection reward is the registry's list of weighted parts (memrl.rewards.registry.reflection_parts); this
+adapter holds no code of its own per part. One adapter serves every batch reward (`part_funcs`): the parts share
+one scoring of each batch and TRL calls them one after another on the same batch, so each part scorer runs once per
+batch: the first function scores it, the others read the cached parts. Every scorer's batch metrics are logged
+(`reward/judge_failed`, `reward/notes_tokens`, `reward/outcome_failed`: counts and means, averaged over the logging
+step). The collab episode's parts (`episode_funcs`) need no scorer: each reads the finished episode's record.
 
-A sample whose judge failed gets None from every judge function. TRL 1.16
-(`GRPOTrainer._generate_and_score_completions`) marks a row whose every function returned None unscorable: its
-reward is NaN, the group mean and std are nan-aware (computed over the judged samples only) and its advantage is 0,
-exactly as if it were absent from the group. verl gets the same through `memrl.train.verl.advantage`. The failed
-samples of each batch are logged as `reward/judge_failed` (a count, averaged over the logging step), and an
-`UnscoredWatch`, when given, sees each batch's count and stops the run once the judge keeps failing. The
-next-session outcome (`next_session_func`) reads each completion's notes as the agent would store them and the
-row's user from the dataset's `key` column; a sample whose next session failed gets None and is counted as
-`reward/outcome_failed`. An episode the collab rollout could not finish (a user simulator failure, the token
-budget) has no record: every episode function returns None for it.
+A sample a scorer could not score (its judge failed after its retries, its next session failed) gets None from that
+scorer's functions. TRL 1.16 (`GRPOTrainer._generate_and_score_completions`) marks a row whose every function
+returned None unscorable: its reward is NaN, the group mean and std are nan-aware (computed over the scored samples
+only) and its advantage is 0, exactly as if it were absent from the group. verl gets the same through
+`memrl.train.verl.advantage`. An `UnscoredWatch`, when given, sees each batch's count of samples without a reward
+and stops the run once they keep coming. An episode the collab rollout could not finish (a user simulator failure,
+the token budget) has no record: every episode function returns None for it.
 """
 
 from __future__ import annotations
@@ -29,19 +27,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memrl.core.errors import ConfigError
-from memrl.envs.collab.next_session import NextSessionRow, load_rows
 from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES, Record, episode_parts
 from memrl.rewards.config import RewardConfig
-from memrl.rewards.format import extract_notes
-from memrl.rewards.reward import RewardScorer
+from memrl.rewards.parts import RewardPart, Sample, score_parts
+from memrl.rewards.registry import reflection_parts
 from memrl.rewards.unscored import UnscoredWatch
 from memrl.train.distributed import world_size
 from memrl.train.endpoints import per_process
-from memrl.train.rewards.next_session import NextSessionScorer, build_scorer
-
-JUDGE_FAILED_METRIC = "reward/judge_failed"
-FAILED_METRIC = "reward/outcome_failed"
+from memrl.train.rewards import outcome_part  # noqa: F401  (registers the next-session outcome)
 
 # TRL 1.16 accepts async reward functions, but its `RewardFunc` alias names only sync ones.
 RewardFunc = Callable[..., Any]
@@ -113,72 +106,39 @@ def _log(kwargs: Mapping[str, Any], name: str, value: float) -> None:
         log_metric(name, value)
 
 
-def reward_funcs(
-    cfg: RewardConfig | None = None, scorer: RewardScorer | None = None, watch: UnscoredWatch | None = None
-) -> list[RewardFunc]:
-    """The judge reward: [coverage, format] (+ length_penalty when configured), in the order `reward_weights`
-    expects. Pass `scorer` to share one already built (its config then decides the parts), `watch` to stop a run
-    whose batches stay mostly unscored."""
-    scorer = scorer or RewardScorer(cfg or RewardConfig())
-    names = ["coverage", "format"] + (["length_penalty"] if scorer.cfg.length_penalty is not None else [])
+def column(kwargs: Mapping[str, Any], name: str, n: int) -> list[Any]:
+    """A dataset column TRL passed, or n Nones where the dataset has none."""
+    values = kwargs.get(name)
+    return list(values) if values is not None else [None] * n
+
+
+def reflection_funcs(parts: Sequence[RewardPart], watch: UnscoredWatch | None = None) -> list[RewardFunc]:
+    """One TRL reward function per part of the reflection reward, in the order of its weights (`[p.weight for p in
+    parts]`). Each batch is scored once, every part's scorer once; each scorer's batch metrics are logged, and
+    `watch`, when given, sees how many samples of each batch have no reward."""
 
     async def score(texts: list[str], kwargs: dict[str, Any]) -> list[Parts]:
-        parts = await scorer.ascore(texts, list(kwargs["ground_truth"]))
-        failed = sum(p.judge_failed for p in parts)
+        n = len(texts)
+        truths, keys = column(kwargs, "ground_truth", n), column(kwargs, "key", n)
+        batch = await score_parts(parts, [Sample(*s) for s in zip(texts, truths, keys, strict=True)])
         if watch is not None:  # one scored batch is one optimizer step (generation_batch_size)
-            watch.observe(failed, len(parts))
-        _log(kwargs, JUDGE_FAILED_METRIC, float(failed))
-        _log(kwargs, "reward/notes_tokens", sum(p.notes_tokens for p in parts) / max(1, len(parts)))
-        return [
-            {
-                "coverage": p.coverage,
-                "format": None if p.judge_failed else p.format,
-                "length_penalty": None if p.judge_failed else -p.length_penalty,
-            }
-            for p in parts
-        ]
+            watch.observe(sum(t is None for t in batch.totals), n)
+        for name, value in batch.metrics.items():
+            _log(kwargs, name, value)
+        return [*batch.values]
 
-    return part_funcs(score, names, ["ground_truth"])
-
-
-def reward_weights(cfg: RewardConfig | None = None) -> list[float]:
-    """GRPOConfig.reward_weights for `reward_funcs(cfg)`: the coverage and format weights, 1.0 for the penalty."""
-    cfg = cfg or RewardConfig()
-    weights = [cfg.coverage_weight, cfg.format_weight]
-    return [*weights, 1.0] if cfg.length_penalty is not None else weights
-
-
-def next_session_func(scorer: NextSessionScorer, rows: Mapping[str, NextSessionRow]) -> RewardFunc:
-    """The next-session outcome as one reward function, `outcome` (its notes: the reflection JSON's `agent_notes`;
-    none: "")."""
-
-    async def score(texts: list[str], kwargs: dict[str, Any]) -> list[Parts]:
-        key = kwargs.get("key")
-        if key is None:
-            raise ConfigError("the outcome reward needs the dataset's `key` column (the reflection row's key)")
-        if missing := [k for k in key if k not in rows]:
-            raise ConfigError(f"outcome reward: row {missing[0]!r} is not in the reflection data it was built from")
-        notes = [extract_notes(text) or "" for text in texts]
-        parts = await scorer.ascore([(n, rows[k]) for n, k in zip(notes, key, strict=True)])
-        _log(kwargs, FAILED_METRIC, float(sum(p.failed for p in parts)))
-        return [{"outcome": p.score} for p in parts]
-
-    return part_funcs(score, ["outcome"], ["key"])[0]
+    return part_funcs(score, [p.name for p in parts], ["ground_truth", "key"])
 
 
 def grpo_rewards(
     reward: RewardConfig, data_dir: Path, watch: UnscoredWatch | None = None
 ) -> tuple[list[RewardFunc], list[float]]:
-    """(reward_funcs, reward_weights) for GRPOTrainer: the judge reward's, plus the next-session outcome and its
-    weight when `reward.outcome` is set (its rows from `outcome.data` or `data_dir`); `watch` stops the run when the
-    judge keeps failing. Each of the launch's processes scores its own batches with its own clients: every
-    endpoint's `max_concurrency` is divided over them (`per_process`), so the judge sees the recipe's bound."""
-    reward = per_process(reward, world_size(), "reward")
-    funcs, weights = reward_funcs(reward, watch=watch), reward_weights(reward)
-    if reward.outcome is None:
-        return funcs, weights
-    rows = load_rows(reward.outcome.data or data_dir)
-    return [*funcs, next_session_func(build_scorer(reward.outcome), rows)], [*weights, reward.outcome.weight]
+    """(reward_funcs, reward_weights) for GRPOTrainer: the reflection reward's parts (memrl.rewards.registry) and
+    their weights; `watch` stops the run when its batches stay mostly unscored. Each of the launch's processes scores
+    its own batches with its own clients: every endpoint's `max_concurrency` is divided over them (`per_process`),
+    so the judge sees the recipe's bound."""
+    parts = reflection_parts(per_process(reward, world_size(), "reward"), data_dir)
+    return reflection_funcs(parts, watch), [p.weight for p in parts]
 
 
 def _episode_part(name: str) -> RewardFunc:

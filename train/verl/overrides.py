@@ -232,14 +232,14 @@ def reward_kwargs(stage: GRPOStage, data_dir: Path | None = None) -> dict[str, A
         if isinstance(judge.get("model"), dict):
             per_worker(judge["model"], workers)
         out = {"judge": judge}
-    out |= {"coverage_weight": reward.coverage_weight, "format_weight": reward.format_weight}
-    if reward.length_penalty is not None:
-        out["length_penalty"] = reward.length_penalty.model_dump(mode="json")
-    if reward.outcome is not None:
-        outcome = reward.outcome.model_dump(mode="json")
+    # The config's own dump, as verl's reward function validates it back: every key but the judge (above) and
+    # plain_text_notes (refused above), unset blocks left out.
+    dump = reward.model_dump(mode="json", exclude={"judge", "plain_text_notes"})
+    out |= {key: value for key, value in dump.items() if value is not None}
+    if isinstance(outcome := out.get("outcome"), dict):
         if outcome["data"] is None and data_dir is not None:
             outcome["data"] = str(data_dir)
-        out["outcome"] = _keyless(outcome, "agent", "judge")
+        _keyless(outcome, "agent", "judge")
         for role in ("agent", "judge"):
             if isinstance(outcome.get(role), dict):
                 per_worker(outcome[role], workers)

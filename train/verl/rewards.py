@@ -10,7 +10,8 @@ what `memrl` launchers pass) or shorthand keys: `judge` (a kind, or a full Judge
 (a LengthPenaltyConfig mapping), `outcome` (a NextSessionRewardConfig mapping), `max_concurrency` (judge requests in
 flight, with `endpoint`). An OpenAI-compatible judge without a key reads MEMRL_JUDGE_API_KEY. With `judge=llm` and
 no endpoint, a reward model that verl's reward loop serves is used through its router (`reward_router_address`),
-under `model` or the reward model's path. One RewardScorer is built per process and configuration, and reused.
+under `model` or the reward model's path. The reflection reward's parts (memrl.rewards.registry) are built once per
+process and configuration, and reused; this adapter holds no code of its own per part.
 
 A sample whose judge failed after its retries has no reward: its `score` is NaN (a float, as verl requires) with
 `judge_failed: 1.0` and `coverage` / `judge_score` None. The `memrl_grpo` advantage estimator
@@ -19,10 +20,11 @@ does with a None reward; verl's plain `grpo` estimator would spread the NaN over
 `algorithm.adv_estimator=memrl_grpo`. `judge_failed` reaches verl's validation metrics (`val-aux/.../judge_failed`);
 during training the estimator logs each step's count, and verl's `critic/score/mean` reads NaN on such a step.
 
-With an `outcome` block (its `data`: the reflection_data folder), `score` = the judge reward's score +
-outcome.weight * outcome; the dict keeps the judge's parts and adds `outcome`, `outcome_with_notes`,
-`outcome_without_notes` and `outcome_failed`. A sample whose next session failed scores NaN too. The row's user
-comes from `extra_info.key`; concurrent calls of the async function are played as one lock-step batch of sessions.
+`score` is the weighted sum of the parts; the dict holds every part's value and what its scorer logs beside it (the
+judge's `judge_score`, `notes_tokens`, ...; with an `outcome` block, its `data` the reflection_data folder:
+`outcome_with_notes`, `outcome_without_notes`, `outcome_failed`). A sample whose next session failed scores NaN too.
+The row's user comes from `extra_info.key`; concurrent calls of the async function are scored as one batch per part
+scorer (one judge call, one lock-step batch of sessions).
 """
 
 from __future__ import annotations
@@ -41,22 +43,20 @@ from pydantic import SecretStr, ValidationError
 from memrl.core.asyncs import MicroBatcher, run_sync
 from memrl.core.errors import ConfigError
 from memrl.core.process_cache import ProcessCache
-from memrl.envs.collab.next_session import NextSessionRow, load_rows
-from memrl.rewards.config import JudgeConfig, NextSessionRewardConfig, RewardConfig
-from memrl.rewards.format import extract_notes
-from memrl.rewards.reward import RewardScorer
-from memrl.rewards.types import GroundTruth, RewardParts
+from memrl.rewards.config import JudgeConfig, RewardConfig
+from memrl.rewards.parts import PartScorer, RewardPart, Sample, Scored, score_parts, scorers, total
+from memrl.rewards.registry import reflection_parts
+from memrl.rewards.types import GroundTruth
 from memrl.rollout.config import OpenAIModelConfig
-from memrl.train.rewards.next_session import NextSessionScorer, OutcomeParts, build_scorer
+from memrl.train.rewards import outcome_part  # noqa: F401  (registers the next-session outcome)
 
-_SCORERS: ProcessCache[str, RewardScorer] = ProcessCache()
-_OUTCOME_SCORERS: ProcessCache[str, tuple[NextSessionScorer, dict[str, NextSessionRow]]] = ProcessCache()
-# One batcher per (event loop, scorer): the (notes, row) pairs of concurrent calls are played as one lock-step batch.
-_BATCHERS: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, tuple[NextSessionScorer, MicroBatcher[tuple[str, NextSessionRow], OutcomeParts]]
-] = weakref.WeakKeyDictionary()
+_PARTS: ProcessCache[str, list[RewardPart]] = ProcessCache()
+# One batcher per (event loop, part scorer), by the scorer's id: the parts are built once per process and kept.
+_BATCHERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, MicroBatcher[Sample, Scored]]] = (
+    weakref.WeakKeyDictionary()
+)
 _LOCK = threading.Lock()
-_REWARD_KEYS = ("coverage_weight", "format_weight", "length_penalty", "outcome")
+_REWARD_KEYS = tuple(key for key in RewardConfig.model_fields if key != "judge")  # the shorthand's RewardConfig keys
 _JUDGE_KEYS = ("cache_dir", "retries")
 _VERL_KEYS = ("reward_router_address", "reward_model_tokenizer")  # never part of the config
 _SHORTHAND_KEYS = ("judge", "model", "endpoint", "api_key", "max_concurrency", *_VERL_KEYS)
@@ -152,85 +152,59 @@ def reward_config(kwargs: Mapping[str, Any]) -> RewardConfig:
         raise ConfigError(f"reward_kwargs: {where}: {first['msg']}") from None
 
 
-def get_scorer(kwargs: Mapping[str, Any]) -> RewardScorer:
-    """The process-wide scorer for this configuration (built on first use)."""
+def get_parts(kwargs: Mapping[str, Any]) -> list[RewardPart]:
+    """The process-wide reflection reward parts for this configuration (built on first use)."""
     cfg = reward_config(kwargs)
-    return _SCORERS.get(json.dumps(cfg.model_dump(mode="json"), sort_keys=True), lambda: RewardScorer(cfg))
+    return _PARTS.get(json.dumps(cfg.model_dump(mode="json"), sort_keys=True), lambda: reflection_parts(cfg))
 
 
-def to_verl(parts: RewardParts) -> dict[str, float | None]:
-    """The dict verl logs: `score` is always a float (NaN: no verdict); the same keys for every sample (verl stacks
-    them)."""
-    return {
-        "score": math.nan if parts.score is None else parts.score,
-        "coverage": parts.coverage,
-        "format": parts.format,
-        "judge_score": parts.judge_score,
-        "length_penalty": parts.length_penalty,
-        "notes_tokens": float(parts.notes_tokens),
-        "n_hallucinated": None if parts.n_hallucinated is None else float(parts.n_hallucinated),
-        "judge_failed": float(parts.judge_failed),
-    }
+def to_verl(parts: Sequence[RewardPart], scored: Sequence[Scored]) -> dict[str, float | None]:
+    """The dict verl logs for one sample from its scorers' results: `score` is always a float (NaN: no reward), then
+    every part's value and what the scorers log beside it (the same keys for every sample: verl stacks them)."""
+    values: dict[str, float | None] = {}
+    logged: dict[str, float | None] = {}
+    for one in scored:
+        values |= one.values
+        logged |= one.logged
+    score = total(parts, values)
+    return {"score": math.nan if score is None else score, **values, **logged}
 
 
 def _truth(ground_truth: Any) -> GroundTruth:
     return GroundTruth.from_obj(ground_truth if isinstance(ground_truth, str) else _plain(ground_truth))
 
 
-def outcome_scorer(cfg: NextSessionRewardConfig) -> tuple[NextSessionScorer, dict[str, NextSessionRow]]:
-    """The process-wide next-session scorer and rows for this configuration (built on first use)."""
-    if cfg.data is None:
-        raise ConfigError("reward_kwargs: reward_config.outcome.data must name the reflection_data folder (verl)")
-    data = cfg.data
-    key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
-    return _OUTCOME_SCORERS.get(key, lambda: (build_scorer(cfg), load_rows(data)))
-
-
-def with_outcome(judge: Mapping[str, Any], outcome: OutcomeParts, weight: float) -> dict[str, float | None]:
-    """The judge's dict with the outcome's parts; `score` is always a float, NaN where a part failed."""
-    total = judge["score"] + weight * outcome.score if outcome.score is not None else math.nan
-    return dict(judge) | {
-        "score": total,
-        "outcome": outcome.score,
-        "outcome_with_notes": outcome.with_notes,
-        "outcome_without_notes": outcome.without_notes,
-        "outcome_failed": float(outcome.failed),
-    }
-
-
-async def _outcome(cfg: NextSessionRewardConfig, solution_str: str, extra_info: dict[str, Any] | None) -> OutcomeParts:
-    scorer, rows = outcome_scorer(cfg)
-    row_key = str((extra_info or {}).get("key", ""))
-    if row_key not in rows:
-        raise ConfigError(f"outcome reward: extra_info.key {row_key!r} is not a row of {cfg.data}")
+def _batcher(scorer: PartScorer) -> MicroBatcher[Sample, Scored]:
+    """This event loop's batcher of `scorer`: the samples of concurrent calls are scored as one batch."""
     loop = asyncio.get_running_loop()
     with _LOCK:
-        held = _BATCHERS.get(loop)
-        if held is None or held[0] is not scorer:
-            held = _BATCHERS[loop] = (scorer, MicroBatcher(scorer.ascore, wait_s=0.02))
-        batcher = held[1]
-    return await batcher.submit((extract_notes(solution_str) or "", rows[row_key]))
+        held = _BATCHERS.setdefault(loop, {})
+        if id(scorer) not in held:
+            held[id(scorer)] = MicroBatcher(scorer.ascore, wait_s=0.02)
+        return held[id(scorer)]
+
+
+def _sample(solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None) -> Sample:
+    key = (extra_info or {}).get("key")
+    return Sample(solution_str, _truth(ground_truth), None if key is None else str(key))
 
 
 def compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
 ) -> dict[str, float | None]:
     """Sync reward function (verl runs it in a thread pool, one sample per call)."""
-    scorer = get_scorer(kwargs)
-    if scorer.cfg.outcome is not None:  # the sessions of concurrent calls are batched on one event loop
-        return run_sync(compute_score_async(data_source, solution_str, ground_truth, extra_info, **kwargs))
-    parts = scorer.score([solution_str], [_truth(ground_truth)])[0]
-    return to_verl(parts)
+    parts = get_parts(kwargs)
+    sample = _sample(solution_str, ground_truth, extra_info)
+    batch = run_sync(score_parts(parts, [sample]))
+    return {"score": math.nan if batch.totals[0] is None else batch.totals[0], **batch.values[0], **batch.logged[0]}
 
 
 async def compute_score_async(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
 ) -> dict[str, float | None]:
-    """Async reward function for verl's reward loop: concurrent calls are batched into one judge call (and one
-    lock-step batch of next sessions)."""
-    scorer = get_scorer(kwargs)
-    judge = scorer.ascore_one(solution_str, _truth(ground_truth))
-    if (cfg := scorer.cfg.outcome) is None:
-        return to_verl(await judge)
-    parts, outcome = await asyncio.gather(judge, _outcome(cfg, solution_str, extra_info))
-    return with_outcome(to_verl(parts), outcome, cfg.weight)
+    """Async reward function for verl's reward loop: concurrent calls are batched, one batch per part scorer (one
+    judge call, one lock-step batch of next sessions)."""
+    parts = get_parts(kwargs)
+    sample = _sample(solution_str, ground_truth, extra_info)
+    scored = await asyncio.gather(*(_batcher(s).submit(sample) for s in scorers(parts)))
+    return to_verl(parts, scored)

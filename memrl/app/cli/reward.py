@@ -62,19 +62,18 @@ def probe_endpoint(endpoint: str, model: str) -> None:
 @reward_app.command("list")
 def list_rewards(as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False) -> None:
     """Every reward by name: the parts trainers log, what scoring a sample needs, where it is built."""
-    from dataclasses import asdict
-
     from rich.console import Console
     from rich.table import Table
 
-    from memrl.rewards.registry import REWARDS
+    import memrl.train.rewards  # noqa: F401  (registers the rewards that play an environment)
+    from memrl.rewards.registry import listed
 
     if as_json:
-        for entry in REWARDS.values():
-            typer.echo(json.dumps(asdict(entry)))
+        for entry in listed():
+            typer.echo(json.dumps(entry.row()))
         return
     table = Table("name", "parts", "needs", "what")
-    for entry in REWARDS.values():
+    for entry in listed():
         table.add_row(entry.name, ", ".join(entry.parts), entry.needs, entry.summary)
     Console(width=200).print(table)
 

@@ -1,0 +1,60 @@
+"""Adding a reward part is one function and one registry entry: a toy part, registered, is scored, logged and
+weighted by the TRL adapter with no code of its own there."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from test_rewards_trl import GOOD, TRUTH, call_all
+
+from memrl.rewards.config import RewardConfig
+from memrl.rewards.parts import PartContext, RewardPart, Sample, Scored, score_parts
+from memrl.rewards.registry import REWARDS, RewardEntry, reflection_parts
+from memrl.train.trl.rewards import grpo_rewards
+
+BREVITY_WEIGHT = 0.25
+
+
+class BrevityScorer:
+    """Minus the reply's words over 100: a toy part."""
+
+    async def ascore(self, samples: Sequence[Sample]) -> list[Scored]:
+        return [Scored({"brevity": -len(s.completion.split()) / 100}) for s in samples]
+
+    def batch_metrics(self, scored: Sequence[Scored]) -> dict[str, float]:
+        return {"reward/brevity_scored": float(len(scored))}
+
+
+def brevity_parts(ctx: PartContext) -> list[RewardPart]:
+    return [RewardPart("brevity", BREVITY_WEIGHT, BrevityScorer())]
+
+
+@pytest.fixture
+def brevity(monkeypatch: pytest.MonkeyPatch) -> RewardEntry:
+    entry = RewardEntry("brevity", ("brevity",), "the reply text", brevity_parts, "fewer words", brevity_parts)
+    monkeypatch.setitem(REWARDS, entry.name, entry)  # the registry as it was after the test
+    return entry
+
+
+def test_a_registered_part_is_scored_logged_and_weighted_by_trl(
+    brevity: RewardEntry, model_cache: object, tmp_path: Path
+) -> None:
+    funcs, weights = grpo_rewards(RewardConfig(format_weight=0.5), tmp_path)
+    assert [f.__name__ for f in funcs] == ["coverage", "format", "brevity"]
+    assert weights == [1.0, 0.5, BREVITY_WEIGHT]
+    metrics: dict[str, list[float]] = {}
+    coverage, fmt, words = call_all(funcs, [GOOD, "no json at all"], metrics)
+    assert words == [-len(GOOD.split()) / 100, -0.04]
+    assert metrics["reward/brevity_scored"] == [2.0] and metrics["reward/judge_failed"] == [0.0]
+    assert coverage == [1.0, 0.0] and fmt == [1.0, 0.0]
+
+
+def test_the_total_applies_every_part_weight(brevity: RewardEntry, model_cache: object) -> None:
+    parts = reflection_parts(RewardConfig(coverage_weight=2.0))
+    batch = asyncio.run(score_parts(parts, [Sample(GOOD, TRUTH)]))
+    (values,) = batch.values
+    assert values["brevity"] is not None and values["brevity"] < 0
+    assert batch.totals == [round(2.0 * 1.0 + 1.0 * 1.0 + BREVITY_WEIGHT * values["brevity"], 6)]
