@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memrl.core.errors import ConfigError
 from memrl.rewards.collab_episode import PARTS as EPISODE_PARTS
 from memrl.rewards.collab_episode import episode_parts
 from memrl.rewards.config import RewardConfig
@@ -69,8 +70,14 @@ def reflection_parts(
 
     `data_dir`: the stage's reflection data (rewards that play a row's next session read it); `shared`: scorers
     already built, by the name factories share them under (`judge`: a JudgedScorer)."""
+    factories = [entry.build for entry in REWARDS.values() if entry.build is not None]
+    if cfg.outcome is not None and not any("outcome" in e.parts for e in REWARDS.values() if e.build is not None):
+        # the next-session reward plays an environment: it registers from above this layer, when imported
+        raise ConfigError(
+            "reward.outcome is set but the next-session reward is not registered: import memrl.train.rewards"
+        )
     ctx = PartContext(cfg, data_dir, shared)
-    return [part for entry in REWARDS.values() if entry.build is not None for part in entry.build(ctx)]
+    return [part for build in factories for part in build(ctx)]
 
 
 register(

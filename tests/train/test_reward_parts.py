@@ -58,3 +58,23 @@ def test_the_total_applies_every_part_weight(brevity: RewardEntry, model_cache: 
     (values,) = batch.values
     assert values["brevity"] is not None and values["brevity"] < 0
     assert batch.totals == [round(2.0 * 1.0 + 1.0 * 1.0 + BREVITY_WEIGHT * values["brevity"], 6)]
+
+
+def test_an_outcome_reward_nobody_registered_is_an_error_not_a_missing_part() -> None:
+    """The next-session reward registers itself when memrl.train.rewards is imported: code that builds the reflection
+    reward without that import must not train silently without the outcome part its config asks for."""
+    import subprocess
+    import sys
+
+    code = (
+        "from memrl.rewards.config import NextSessionRewardConfig, RewardConfig\n"
+        "from memrl.rewards.registry import reflection_parts\n"
+        "reflection_parts(RewardConfig(outcome=NextSessionRewardConfig(agent='scripted')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .endswith("reward.outcome is set but the next-session reward is not registered: import memrl.train.rewards")
+    ), done.stderr[-2000:]
