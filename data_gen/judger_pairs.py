@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import json_type, numbered_jsonl, write_jsonl
+from memrl.core.files import numbered_jsonl, write_jsonl
+from memrl.core.rows import RowReader
 from memrl.envs.tod.retrieval import Candidate
 from memrl.rollout.judger.inputs import JudgerInput
 
@@ -48,20 +49,28 @@ class JudgerPair:
     @classmethod
     def from_dict(cls, row: Mapping[str, Any], where: str) -> JudgerPair:
         """A pair from its JSON object; a missing field or a value of the wrong kind raises ConfigError `WHERE: ...`."""
-        missing = next((f.name for f in fields(cls) if f.name not in row), None)
-        if missing is not None:
-            raise ConfigError(f"{where}: judger pair lacks field {missing!r}")
-        for name, ok, kind in _CHECKS:
-            if not ok(row[name]):
-                raise ConfigError(f"{where}: judger pair's {name!r} must be {kind}, got {json_type(row[name])}")
-        if row["label"] not in (0, 1):
-            raise ConfigError(f"{where}: label must be 0 or 1, got {row['label']!r}")
-        values = dict(row) | {
-            "context": tuple(dict(t) for t in row["context"]),
-            "missing_slots": tuple(row["missing_slots"]),
-            "missing_descriptions": tuple(row["missing_descriptions"]),
-        }
-        return cls(**{f.name: values[f.name] for f in fields(cls)})
+        read = RowReader(row, where, "judger pair")
+        read.require(f.name for f in fields(cls))
+        return cls(
+            key=read.text("key"),
+            query_id=read.text("query_id"),
+            persona_id=read.integer("persona_id"),
+            session_id=read.integer("session_id"),
+            service=read.text("service"),
+            intent=read.text("intent"),
+            context=read.turns("context", ("speaker", "utterance")),
+            intent_query=read.text("intent_query"),
+            missing_slots=read.texts("missing_slots"),
+            missing_descriptions=read.texts("missing_descriptions"),
+            memory_session_id=read.integer("memory_session_id"),
+            memory_intent=read.text("memory_intent"),
+            memory_service=read.text("memory_service"),
+            slot=read.text("slot"),
+            question=read.text("question"),
+            answer=read.text("answer"),
+            label=read.one_of("label", (0, 1)),
+            negative=read.optional_text("negative"),
+        )
 
     def judger_input(self) -> JudgerInput:
         """What the judger reads of the pair."""
@@ -78,35 +87,6 @@ class JudgerPair:
     def candidate(self) -> Candidate:
         """What retrieval indexes of the pair."""
         return Candidate(self.key, self.memory_session_id, self.memory_intent, self.slot, self.question, self.answer)
-
-
-def _is_text(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_texts(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def _is_turns(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(t, dict) and isinstance(t.get("speaker"), str) and isinstance(t.get("utterance"), str) for t in value
-    )
-
-
-_CHECKS = (
-    *((name, _is_text, "text") for name in ("key", "query_id", "service", "intent", "intent_query")),
-    *((name, _is_text, "text") for name in ("memory_intent", "memory_service", "slot", "question", "answer")),
-    *((name, _is_int, "an integer") for name in ("persona_id", "session_id", "memory_session_id")),
-    ("context", _is_turns, "a list of turns, each with a speaker and an utterance text"),
-    ("missing_slots", _is_texts, "a list of texts"),
-    ("missing_descriptions", _is_texts, "a list of texts"),
-    ("negative", lambda v: v is None or isinstance(v, str), "text or null"),
-)
 
 
 def write_pairs(pairs: Iterable[JudgerPair], path: Path) -> Path:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import json_type, numbered_jsonl
+from memrl.core.files import numbered_jsonl
+from memrl.core.rows import RowReader
 
 Turn = dict[str, Any]  # {"role", "content"} and what the session logged with it (`enforce`, `violated`, `retrieved`)
 
@@ -104,11 +105,9 @@ class SessionRecord(PlayedSession):
     def from_dict(cls, row: Mapping[str, Any], where: str) -> SessionRecord:
         """A record from its JSON object; a missing required key or a value of the wrong kind raises ConfigError
         `WHERE: ...` naming the key (`where`: `PATH:LINE`, or which session of a run)."""
-        missing = [k for k in REQUIRED if k not in row]
-        if missing:
-            raise ConfigError(f"{where}: session record lacks {', '.join(missing)}")
-        read = _Reader(row, where)
-        turns = read.turns()
+        read = RowReader(row, where, "session record")
+        read.require(REQUIRED)
+        turns = read.turns("turns", ("role", "content"))
         said = [t["content"] for t in turns if t["role"] == "user" and t.get("enforce")]  # records before it was kept
         enforcing = read.texts("enforcing_utterances", said)
         user_id, session = read.text("user_id"), read.integer("session")
@@ -129,10 +128,10 @@ class SessionRecord(PlayedSession):
             user_effort=read.integer("user_effort", len(enforcing)),
             length=read.integer("length", len(turns)),
             ended_by=read.text("ended_by", ""),
-            parse_failures=read.counts("parse_failures"),
-            truncations=read.counts("truncations"),
-            started_at=read.number("started_at"),
-            finished_at=read.number("finished_at"),
+            parse_failures=read.counts("parse_failures", {}),
+            truncations=read.counts("truncations", {}),
+            started_at=read.number("started_at", 0.0),
+            finished_at=read.number("finished_at", 0.0),
             agent=read.text("agent", ""),
             notes_before=read.text("notes_before", ""),
             notes_after=read.text("notes_after", ""),
@@ -177,60 +176,3 @@ def _conversation(outcome: PlayedSession) -> dict[str, Any]:
         "length": outcome.length,
         "ended_by": outcome.ended_by,
     }
-
-
-_ABSENT: Any = object()
-
-
-class _Reader:
-    """The values of one row, each checked for its kind; a wrong one raises ConfigError `WHERE: KEY must be ...`."""
-
-    def __init__(self, row: Mapping[str, Any], where: str) -> None:
-        self.row = row
-        self.where = where
-
-    def _get(self, key: str, default: Any, ok: bool | None, kind: str) -> Any:
-        value = self.row.get(key, _ABSENT)
-        if value is _ABSENT:
-            return default
-        if not ok:
-            raise ConfigError(f"{self.where}: session record's `{key}` must be {kind}, got {json_type(value)}")
-        return value
-
-    def text(self, key: str, default: str = _ABSENT) -> str:
-        return str(self._get(key, default, isinstance(self.row.get(key), str), "text"))
-
-    def optional_text(self, key: str) -> str | None:
-        value = self.row.get(key)
-        return None if value is None else self.text(key)
-
-    def integer(self, key: str, default: int = _ABSENT) -> int:
-        value = self.row.get(key)
-        return int(self._get(key, default, isinstance(value, int) and not isinstance(value, bool), "an integer"))
-
-    def number(self, key: str) -> float:
-        value = self.row.get(key)
-        return float(self._get(key, 0.0, isinstance(value, int | float) and not isinstance(value, bool), "a number"))
-
-    def texts(self, key: str, default: list[str] = _ABSENT) -> tuple[str, ...]:
-        value = self.row.get(key)
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-        return tuple(self._get(key, default, ok, "a list of texts"))
-
-    def object(self, key: str, default: dict[str, Any]) -> dict[str, Any]:
-        return dict(self._get(key, default, isinstance(self.row.get(key), dict), "an object"))
-
-    def optional_object(self, key: str) -> dict[str, Any] | None:
-        return None if self.row.get(key) is None else self.object(key, {})
-
-    def counts(self, key: str) -> dict[str, int]:
-        value = self.row.get(key)
-        ok = isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
-        return dict(self._get(key, {}, ok, "an object of counts"))
-
-    def turns(self) -> tuple[Turn, ...]:
-        value = self.row.get("turns")
-        ok = isinstance(value, list) and all(
-            isinstance(t, dict) and isinstance(t.get("role"), str) and isinstance(t.get("content"), str) for t in value
-        )
-        return tuple(self._get("turns", (), ok, "a list of turns, each with a role and a content text"))

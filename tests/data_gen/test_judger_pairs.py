@@ -38,11 +38,13 @@ def test_a_written_line_reads_back_and_writes_the_same_bytes(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"slot": None}, "judger pair lacks field 'slot'"),
-        ({"persona_id": "7"}, "judger pair's 'persona_id' must be an integer, got a string"),
-        ({"context": [{"speaker": "user"}]}, "judger pair's 'context' must be a list of turns"),
-        ({"missing_slots": "date"}, "judger pair's 'missing_slots' must be a list of texts, got a string"),
-        ({"label": 2}, "label must be 0 or 1, got 2"),
+        ({"slot": None}, "judger pair lacks slot"),
+        ({"persona_id": "7"}, "judger pair's `persona_id` must be an integer, got a string"),
+        ({"context": [{"speaker": "user"}]}, "judger pair's `context` must be a list of turns"),
+        ({"missing_slots": "date"}, "judger pair's `missing_slots` must be a list of texts, got a string"),
+        ({"label": 2}, "judger pair's `label` must be 0 or 1, got 2"),
+        ({"label": True}, "judger pair's `label` must be 0 or 1, got True"),
+        ({"negative": 3}, "judger pair's `negative` must be text, got a number"),
     ],
 )
 def test_a_bad_row_is_one_line_naming_file_line_and_field(tmp_path: Path, change: dict[str, Any], message: str) -> None:

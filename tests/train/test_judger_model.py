@@ -493,7 +493,7 @@ def test_malformed_pairs_fail_in_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "eval" / "pairs.jsonl"
     bad.parent.mkdir()
     bad.write_text(json.dumps({"key": "1", "query_id": "q"}) + "\n")
-    with pytest.raises(ConfigError, match=r"pairs.jsonl:1: judger pair lacks field 'persona_id'"):
+    with pytest.raises(ConfigError, match=r"pairs.jsonl:1: judger pair lacks persona_id"):
         read_pairs(require_pairs(tmp_path, "eval"))
     with pytest.raises(ConfigError, match=r"train/pairs.jsonl does not exist: build judger data with `memrl data"):
         require_pairs(tmp_path, "train")

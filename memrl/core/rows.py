@@ -1,0 +1,92 @@
+"""Reading one JSON row of a record file, value by value: each checked for its kind, a wrong or missing one is one
+ConfigError line, `WHERE: RECORD's `KEY` must be KIND, got JSON-TYPE` (`where`: `PATH:LINE`, or which row of a run).
+
+The one reader of memrl's typed records (envs/collab/records.py, data_gen/judger_pairs.py): a record's `from_dict`
+says which keys it needs and reads each value through these methods; a key with a default may be absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from memrl.core.errors import ConfigError
+from memrl.core.files import json_type
+
+_ABSENT: Any = object()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class RowReader:
+    """The values of `row`, a `record` (its name in the messages) read at `where`."""
+
+    def __init__(self, row: Mapping[str, Any], where: str, record: str) -> None:
+        self.row, self.where, self.record = row, where, record
+
+    def require(self, keys: Iterable[str]) -> None:
+        """Refuse the row when any of `keys` is absent, naming them all."""
+        missing = [k for k in keys if k not in self.row]
+        if missing:
+            raise ConfigError(f"{self.where}: {self.record} lacks {', '.join(missing)}")
+
+    def _get(self, key: str, default: Any, ok: bool, kind: str) -> Any:
+        value = self.row.get(key, _ABSENT)
+        if value is _ABSENT:
+            if default is _ABSENT:
+                raise ConfigError(f"{self.where}: {self.record} lacks {key}")
+            return default
+        if not ok:
+            raise ConfigError(f"{self.where}: {self.record}'s `{key}` must be {kind}, got {json_type(value)}")
+        return value
+
+    def text(self, key: str, default: str = _ABSENT) -> str:
+        return str(self._get(key, default, isinstance(self.row.get(key), str), "text"))
+
+    def optional_text(self, key: str) -> str | None:
+        """Text, or None where the row holds null or lacks the key."""
+        return None if self.row.get(key) is None else self.text(key)
+
+    def integer(self, key: str, default: int = _ABSENT) -> int:
+        return int(self._get(key, default, _is_int(self.row.get(key)), "an integer"))
+
+    def number(self, key: str, default: float = _ABSENT) -> float:
+        value = self.row.get(key)
+        return float(self._get(key, default, isinstance(value, float) or _is_int(value), "a number"))
+
+    def texts(self, key: str, default: Iterable[str] = _ABSENT) -> tuple[str, ...]:
+        value = self.row.get(key)
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return tuple(self._get(key, default, ok, "a list of texts"))
+
+    def object(self, key: str, default: Mapping[str, Any] = _ABSENT) -> dict[str, Any]:
+        return dict(self._get(key, default, isinstance(self.row.get(key), dict), "an object"))
+
+    def optional_object(self, key: str) -> dict[str, Any] | None:
+        """An object, or None where the row holds null or lacks the key."""
+        return None if self.row.get(key) is None else self.object(key)
+
+    def counts(self, key: str, default: Mapping[str, int] = _ABSENT) -> dict[str, int]:
+        value = self.row.get(key)
+        ok = isinstance(value, dict) and all(_is_int(v) for v in value.values())
+        return dict(self._get(key, default, ok, "an object of counts"))
+
+    def turns(
+        self, key: str, texts: tuple[str, str], default: Iterable[dict[str, Any]] = _ABSENT
+    ) -> tuple[dict[str, Any], ...]:
+        """A list of turns, each an object whose two `texts` keys (who, what) hold text; copied."""
+        value = self.row.get(key)
+        ok = isinstance(value, list) and all(
+            isinstance(t, dict) and all(isinstance(t.get(k), str) for k in texts) for t in value
+        )
+        kind = f"a list of turns, each with {texts[0]} and {texts[1]} as text"
+        return tuple(dict(t) for t in self._get(key, default, ok, kind))
+
+    def one_of(self, key: str, allowed: tuple[Any, ...]) -> Any:
+        value = self._get(key, _ABSENT, True, "")
+        if value not in allowed or isinstance(value, bool):
+            shown = " or ".join(map(repr, allowed))
+            raise ConfigError(f"{self.where}: {self.record}'s `{key}` must be {shown}, got {value!r}")
+        return value
