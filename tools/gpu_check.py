@@ -123,6 +123,7 @@ def build_models(work: Path, tiny: bool) -> tuple[Path, Path]:
 
 def write_data(work: Path, rows: int) -> Path:
     """SFT messages, GRPO prompts with ground truth, and judger pairs, in the layouts memrl's data stages write."""
+    from memrl.data_gen.judger_pairs import JudgerPair
     from memrl.rewards.types import GroundTruth
 
     rng = random.Random(0)
@@ -140,10 +141,13 @@ def write_data(work: Path, rows: int) -> Path:
         rl.append({"prompt": prompt, "ground_truth": GroundTruth(tuple(said)).to_json(), "key": f"u{i}/s0"})
         context = [{"speaker": "user", "utterance": f"Book a table for {i % 7 + 2} at eight."}]
         for j, (question, answer) in enumerate((("Which city?", "Paris"), ("Which date?", "Friday"))):
-            pairs.append({"key": f"{i}/{j}", "query_id": f"q{i}", "persona_id": i, "context": context,
-                          "missing_slots": ["city"], "question": question, "answer": answer, "label": int(j == 0),
-                          "intent_query": "reserve a table", "memory_intent": "reserve",
-                          "slot": ["city", "date"][j]})  # fmt: skip
+            pairs.append(JudgerPair(
+                key=f"{i}/{j}", query_id=f"{i}/1", persona_id=i, session_id=1, service="Restaurants_1",
+                intent="ReserveRestaurant", context=tuple(context), intent_query="reserve a table",
+                missing_slots=("city",), missing_descriptions=("the city of the restaurant",), memory_session_id=0,
+                memory_intent="ReserveRestaurant", memory_service="Restaurants_1", slot=["city", "date"][j],
+                question=question, answer=answer, label=int(j == 0), negative=None if j == 0 else "other slot",
+            ).to_dict())  # fmt: skip
     for folder, file, items in (("sft", "train.jsonl", sft), ("sft", "eval.jsonl", sft[:2]),
                                 ("rl", "train.jsonl", rl), ("train", "pairs.jsonl", pairs)):  # fmt: skip
         (data / folder / file).write_text("".join(json.dumps(r) + "\n" for r in items))

@@ -450,7 +450,7 @@ def test_launch_keeps_the_outcome_reward_of_a_verl_grpo_stage(tmp_path: Path) ->
         "reflector-outcome-quickstart",
         ["stages.grpo.trainer=verl", "stages.grpo.cluster.gpus_per_node=1", f"output_dir={tmp_path}"],
     )
-    data, _, _ = launch.job_recipe(loaded, "http://head:8265")
+    data, *_ = launch.job_recipe(loaded, "http://head:8265")
     recipe = launch.validate_job_recipe(data, loaded.recipe.name).recipe
     ctx = RunContext(recipe, recipe.run_dir, Console(file=io.StringIO()))
     argv = verl_command(recipe.stages["grpo"], ctx, "grpo", dry_run=True).argv

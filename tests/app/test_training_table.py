@@ -25,10 +25,13 @@ def test_every_trainer_the_schema_allows_has_a_backend(kind: StageKind[Any], tab
 @pytest.mark.parametrize("kind", [training.GRPO, collab_rl.COLLAB_GRPO])
 @pytest.mark.parametrize("trainer", ["trl", "verl"])
 def test_both_grpo_kinds_join_the_jobs_cluster_the_same_way(kind: StageKind[Any], trainer: str) -> None:
-    stage = kind.config.model_construct(trainer=trainer)
+    name = get_args(kind.config.model_fields["kind"].annotation)[0]
+    fields = {"kind": name, "trainer": trainer, "model": "policy", "data": "d"}
+    stage = kind.config.model_validate({k: v for k, v in fields.items() if k in kind.config.model_fields})
     raw: dict[str, Any] = {"cluster": {"ray_address": "http://head:8265"}, "overrides": ["a=1"]}
     job = kind.job(stage, raw, "stage", "http://head:8265")
     assert job.gpus == 0
+    assert job.gpus_if_any == (8 if trainer == "trl" else 0)  # TRL trains in the job, on GPUs where there are some
     if trainer == "trl":
         assert raw == {"cluster": {"ray_address": "http://head:8265"}, "overrides": ["a=1"]}
     else:
