@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import bad_row
 
 from memrl.core.errors import ConfigError
 from memrl.data_gen.judger_pairs import read_pairs, write_pairs
@@ -48,14 +49,8 @@ def test_a_written_line_reads_back_and_writes_the_same_bytes(tmp_path: Path) -> 
     ],
 )
 def test_a_bad_row_is_one_line_naming_file_line_and_field(tmp_path: Path, change: dict[str, Any], message: str) -> None:
-    row = json.loads(WRITTEN)
-    for key, value in change.items():
-        if value is None:
-            del row[key]
-        else:
-            row[key] = value
     path = tmp_path / "pairs.jsonl"
-    path.write_text(f"{WRITTEN}\n{json.dumps(row)}\n")
+    path.write_text(f"{WRITTEN}\n{bad_row(WRITTEN, change)}\n")
     with pytest.raises(ConfigError) as exc:
         read_pairs(path)
     assert str(exc.value).startswith(f"{path}:2: {message}")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import bad_row
 
 from memrl.core.errors import ConfigError
 from memrl.envs.collab.records import read_sessions
@@ -67,14 +68,8 @@ def test_records_of_older_runs_and_hand_written_inputs_still_read(tmp_path: Path
     ],
 )
 def test_a_bad_row_is_one_line_naming_file_line_and_key(tmp_path: Path, change: dict[str, Any], message: str) -> None:
-    row = json.loads(WRITTEN)
-    for key, value in change.items():
-        if value is None:
-            del row[key]
-        else:
-            row[key] = value
     path = tmp_path / "sessions.jsonl"
-    path.write_text(f"{WRITTEN}\n\n{json.dumps(row)}\n")
+    path.write_text(f"{WRITTEN}\n\n{bad_row(WRITTEN, change)}\n")
     with pytest.raises(ConfigError) as exc:
         read_sessions(path)
     assert str(exc.value).startswith(f"{path}:3: {message}")

@@ -213,5 +213,18 @@ def _loopback(ip: str) -> bool:
     return (mapped or address).is_loopback
 
 
+def bad_row(line: str, change: Mapping[str, Any]) -> str:
+    """A record's JSON `line` with `change` applied (a None value deletes the key), as one JSON line."""
+    import json
+
+    row = json.loads(line)
+    for key, value in change.items():
+        if value is None:
+            del row[key]
+        else:
+            row[key] = value
+    return json.dumps(row)
+
+
 class ReflectionRows(Protocol):
     def __call__(self, rows: Sequence[NextSessionRow]) -> Path: ...
