@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import FIXTURES, MEMRL_ARGV, memrl_in_process
+from support import FIXTURES, announced, memrl_in_process
 
 pytest.importorskip("openenv")
 
@@ -26,38 +26,17 @@ from openenv.core.generic_client import GenericEnvClient
 from memrl.envs.collab.scripted_reader import ScriptedReader
 from memrl.envs.episode import play
 from memrl.integrations.worlds import build_world
+from memrl.rollout.serve import free_port
 
 CLOCK = ("started_at", "finished_at")  # wall-clock times: the only fields two plays of one episode differ in
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
 def _served(*args: str) -> Iterator[str]:
     """`memrl world serve ARGS --port P` as a process; yields its URL once it says it listens."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [*MEMRL_ARGV, "world", "serve", *args, "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # the announcement, once uvicorn listens
-        assert line.startswith("serving memrl world"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    port = free_port()
+    with announced(["world", "serve", *args, "--port", port], "serving memrl world", stderr=subprocess.PIPE):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _strip_clock(record: Any) -> Any:

@@ -213,6 +213,25 @@ def _loopback(ip: str) -> bool:
     return (mapped or address).is_loopback
 
 
+@contextlib.contextmanager
+def announced(args: Sequence[object], prefix: str, **popen: Any) -> Iterator[str]:
+    """`memrl ARGS` as a server process; yields the first line it prints once that line starts with `prefix` (its
+    announcement), then terminates it (killed if it has not ended 30 s later)."""
+    proc = subprocess.Popen([*MEMRL_ARGV, *map(str, args)], stdout=subprocess.PIPE, text=True, **popen)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith(prefix), (line, proc.poll())
+        yield line
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def bad_row(line: str, change: Mapping[str, Any]) -> str:
     """A record's JSON `line` with `change` applied (a None value deletes the key), as one JSON line."""
     import json
