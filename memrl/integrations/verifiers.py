@@ -22,9 +22,7 @@ conversation cannot show: it is served by `memrl world serve collab --sessions N
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -32,6 +30,7 @@ import verifiers as vf
 from datasets import Dataset
 from verifiers.clients import OpenAIChatCompletionsClient
 
+from memrl.core.asyncs import run_sync
 from memrl.core.errors import ConfigError
 from memrl.envs.episode import Episode
 from memrl.integrations.worlds import CollabWorld, World, build_world, system_prompt
@@ -40,24 +39,6 @@ from memrl.rollout.base import Message
 
 def _plain(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
     return [{"role": m["role"], "content": m["content"]} for m in messages]
-
-
-def _in_own_loop(make: Callable[[], Any]) -> Any:
-    """Run the coroutine `make()` returns to completion, whether or not this thread runs an event loop."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = asyncio.run(make())
-        except BaseException as exc:
-            out["error"] = exc
-
-    thread = threading.Thread(target=run, name="memrl-openings")
-    thread.start()
-    thread.join()
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
 
 
 def _content(message: Any) -> str:
@@ -95,7 +76,7 @@ class MemrlWorldEnv(vf.MultiTurnEnv):
                 "answer": "",
                 "info": json.dumps({"seed": seed, "world": world.name}),
             }
-            for seed, opening in zip(seeds, _in_own_loop(openings), strict=True)
+            for seed, opening in zip(seeds, run_sync(openings()), strict=True)
         ]
         rubric = vf.Rubric(funcs=[self.reward], weights=[1.0])
         dataset = Dataset.from_list(rows)
