@@ -90,9 +90,10 @@ LEARNERS = {
 }
 
 
-def run_one(what: str, seed: int, runs: Path, judger_data: str | None) -> dict[str, Any]:
+def run_one(what: str, seed: int, runs: Path, judger_data: str | None, earlier: dict[str, Any]) -> dict[str, Any]:
     learner = LEARNERS[what]
     folder = runs / f"{learner.recipe}-s{seed}"
+    measured = _earlier_timing(earlier, what, seed, folder)  # a finished run is read again, not timed again
     cmd = [sys.executable, "-m", "memrl", "run", learner.recipe, f"seed={seed}", f"output_dir={folder}"]
     if what == "judger":
         cmd.append(f"data={judger_data}")
@@ -108,15 +109,22 @@ def run_one(what: str, seed: int, runs: Path, judger_data: str | None) -> dict[s
     report_file = folder / "report.json"  # the judger's recipe writes eval/metrics.json only
     report = json.loads(report_file.read_text()) if report_file.is_file() else {}
     effect, units = learner.units(folder, report)
-    return {
-        "seed": seed,
-        "run": str(folder),
+    timing = measured or {
         "minutes": round(minutes, 1),
         "load_before": round(load_before, 2),
         "load_after": round(os.getloadavg()[0], 2),
-        **effect,
-        "units": units,
     }
+    return {"seed": seed, "run": str(folder), **timing, **effect, "units": units}
+
+
+def _earlier_timing(earlier: dict[str, Any], what: str, seed: int, folder: Path) -> dict[str, Any] | None:
+    """The minutes and loads an earlier invocation measured for this run, when the run is finished and was timed."""
+    finished = (folder / "report.json").is_file() or (folder / "eval" / "metrics.json").is_file()
+    rows = earlier.get(what, {}).get("seeds", [])
+    row = next((r for r in rows if r["seed"] == seed and r["run"] == str(folder)), None)
+    if not finished or row is None:
+        return None
+    return {key: row[key] for key in ("minutes", "load_before", "load_after")}
 
 
 def summarize(what: str, seeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -194,21 +202,25 @@ def main() -> None:
         "cores": os.cpu_count(),
         "learners": _earlier_learners(args.out / "learn.json", cpu_model()),
     }
+    earlier = dict(results["learners"])
     for what in chosen:
-        seeds = []
+        seeds: list[dict[str, Any]] = []
         for seed in args.seeds:
             print(f"learn: {what} seed {seed} ...", flush=True)
-            seeds.append(run_one(what, seed, args.runs, args.judger_data))
+            seeds.append(run_one(what, seed, args.runs, args.judger_data, earlier))
             s = seeds[-1]
             print(
                 f"learn: {what} seed {seed}: {s['delta']:+.4f} {s['ci95']} n={s['n']} ({s['minutes']} min)", flush=True
             )
-        results["learners"][what] = summarize(what, seeds)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "learn.json").write_text(json.dumps(results, indent=2))
-    table = markdown(results)
-    (args.out / "learn.md").write_text(table + "\n")
-    print(table)
+            results["learners"][what] = summarize(what, seeds)
+            write(results, args.out)  # after every seed: an interrupted `make learn` keeps the runs it finished
+    print(markdown(results))
+
+
+def write(results: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "learn.json").write_text(json.dumps(results, indent=2))
+    (out / "learn.md").write_text(markdown(results) + "\n")
 
 
 if __name__ == "__main__":
