@@ -1,6 +1,6 @@
-"""Stage kinds that run an action, one per entry of `actions.registry.ACTIONS` (what `memrl eval collab|tod|pahf|judger`
-and `memrl data tod|judger|pahf` do): the stage's schema is the action's config plus `kind` (named by
-`actions.kind_of`), so every flag of the command is a key of the stage."""
+"""The stage kind of an action (what `memrl eval collab|tod|pahf|judger` and `memrl data tod|judger|pahf` do): the
+stage's schema is the action's config plus `kind` (named by `actions.kind_of`), so every flag of the command is a key
+of the stage, and the action stays on the kind as its CLI face."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, create_model
 
 from memrl.app.actions import Action
-from memrl.app.actions.registry import ACTIONS
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind, as_is, on_the_cluster
 
@@ -56,7 +55,4 @@ def action_stage(action: Action[Any]) -> StageKind[Any]:
             else as_is(stage, raw, name, dashboard)
         )
 
-    return StageKind(schema, run, dry_run, job, refs=action.refs)
-
-
-KINDS = tuple(action_stage(action) for action in ACTIONS)
+    return StageKind(schema, run, dry_run, job, refs=action.refs, action=action)
