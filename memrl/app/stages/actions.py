@@ -15,16 +15,16 @@ from memrl.app.stages.base import Job, StageKind, as_is, on_the_cluster
 
 
 def _config(action: Action[Any], stage: BaseModel, ctx: RunContext) -> Any:
-    """The action's config from the stage: earlier stages named by their output folder, the recipe's `data` and
-    seed unless the stage sets its own."""
+    """The action's config from the stage: earlier stages named by their output folder, the run's `data` and seed
+    unless the stage sets its own."""
     values = stage.model_dump(exclude={"kind"})
-    if "data" in action.refs and values.get("data") is None and ctx.recipe.data is not None:
-        values["data"] = ctx.recipe.data  # what `memrl run R data=DIR` is for
+    if "data" in action.refs and values.get("data") is None and ctx.data is not None:
+        values["data"] = ctx.data  # what `memrl run R data=DIR` is for
     for key in action.refs:
-        if values.get(key) is not None and str(values[key]) in ctx.recipe.stages:
+        if values.get(key) is not None and str(values[key]) in ctx.stages:
             values[key] = ctx.stage_dir(str(values[key]))
     if "seed" in values and "seed" not in stage.model_fields_set:
-        values["seed"] = ctx.recipe.seed
+        values["seed"] = ctx.seed
     return action.config.model_validate(values)
 
 

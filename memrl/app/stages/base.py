@@ -80,6 +80,7 @@ class StageKind(Generic[C]):
     # Adapts the stage's entry of the job recipe (in place) to a cluster and says what its Ray job needs.
     job: Callable[[C, dict[str, Any], str, str], Job] = field(default=as_is)
     refs: tuple[str, ...] = ()  # fields that may name an earlier stage of the recipe (its output folder)
+    needs: tuple[str, ...] = ()  # refs whose stage's spec the runner gets (ctx.needs); the rest only name a folder
     action: Action[Any] | None = None  # its CLI face (`memrl <action.command>`), the same work from flags; None: none
 
     @property

@@ -34,7 +34,7 @@ class CollabHeldoutStage(StrictModel):
 
 
 def _training(stage: CollabHeldoutStage, ctx: RunContext, name: str) -> CollabGRPOStage:
-    found = ctx.recipe.stages.get(stage.train)
+    found = ctx.needs.get(stage.train)
     if not isinstance(found, CollabGRPOStage):
         raise ConfigError(f"stage {name}: train={stage.train!r} must name a collab_grpo stage of this recipe")
     return found
@@ -55,10 +55,10 @@ def run(stage: CollabHeldoutStage, ctx: RunContext, name: str) -> None:
     cfg = _config(stage, training)
     check_held_out(cfg)
     models = _models(stage, training, ctx)
-    policy = ctx.recipe.models.get(training.model)
+    policy = ctx.models.get(training.model)
     records = play(cfg, models, policy, ctx.stage_dir(name), ctx.console, name)
     report, path, plot = write_heldout(
-        records, models, ctx.run_dir, run=ctx.recipe.name, seed=ctx.recipe.seed, resamples=stage.resamples
+        records, models, ctx.run_dir, run=ctx.name, seed=ctx.seed, resamples=stage.resamples
     )
     shown = {m: [report["delta"][m], report["ci95"][m]] for m in METRICS}
     ctx.console.print(f"{name}: trained - base (delta, ci95): {json.dumps(shown)}", highlight=False, markup=False)
@@ -76,4 +76,4 @@ def dry_run(stage: CollabHeldoutStage, ctx: RunContext, name: str) -> list[str]:
     ] + [f"paired bootstrap of trained - base -> {ctx.run_dir / 'report.json'} ({REPORT_KEY}), {PLOT_FILE}"]
 
 
-COLLAB_HELDOUT = StageKind(CollabHeldoutStage, run, dry_run, refs=("train", "trained"))
+COLLAB_HELDOUT = StageKind(CollabHeldoutStage, run, dry_run, refs=("train", "trained"), needs=("train",))
