@@ -45,7 +45,7 @@ def main() -> None:
     from rich.console import Console
 
     from memrl.app.recipe import load_recipe
-    from memrl.app.stages.runner import run_recipe
+    from memrl.app.runner import run_recipe
 
     imports = time.perf_counter() - start
     shutil.rmtree(args.run_dir, ignore_errors=True)

@@ -12,6 +12,9 @@ from memrl.envs.collab.agents import AgentKind
 from memrl.envs.collab.prompts import ReplyFormat
 from memrl.rollout.config import HFModelConfig, ModelConfig, SamplingConfig
 
+# What may change between a run and its resumption besides how the work runs (runfolder.RUNTIME_KEYS): how much.
+RESUMABLE_CHANGES = {"sessions"}
+
 
 class CollabSampling(StrictModel):
     """Sampling per role. The LLM user samples as the original harness does (temperature 1.0, 1,024 tokens; cut

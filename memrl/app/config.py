@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, model_validator
+from rich.console import Console
 
-from memrl.app.stages.registry import StageConfig, kind_of
+from memrl.app.context import LoggingConfig, RunContext
+from memrl.app.stages.registry import StageConfig, StageSpec, kind_of
 from memrl.core.schema import PlainName, StrictModel, plain_name_problem
 from memrl.rollout.config import ModelConfig
-
-
-class LoggingConfig(StrictModel):
-    """Experiment tracking. wandb runs offline unless a recipe asks otherwise."""
-
-    backend: Literal["wandb", "none"] = "wandb"
-    mode: Literal["offline", "online", "disabled"] = "offline"
-    project: str = "memrl"
-    entity: str | None = None
 
 
 class Recipe(StrictModel):
@@ -39,6 +31,17 @@ class Recipe(StrictModel):
     @property
     def run_dir(self) -> Path:
         return self.output_dir or Path("runs") / self.name
+
+    def context(self, run_dir: Path, console: Console) -> RunContext:
+        """What every stage of a run in `run_dir` may know of it; `needs` gives one stage what else it needs."""
+        stages = {name: stage.kind for name, stage in self.stages.items()}
+        return RunContext(self.name, self.seed, run_dir, console, self.models, self.logging, self.data, stages)
+
+    def needs(self, name: str) -> dict[str, StageSpec]:
+        """The specs of the stages that stage `name` names in the fields its kind declares it needs."""
+        stage = self.stages[name]
+        refs = (getattr(stage, key, None) for key in kind_of(stage).needs)
+        return {str(ref): self.stages[str(ref)] for ref in refs if ref is not None and str(ref) in self.stages}
 
     @model_validator(mode="after")
     def _stage_models_exist(self) -> Recipe:

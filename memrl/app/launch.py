@@ -278,8 +278,7 @@ def plan(
 
 def describe(job: JobPlan, address: str, echo: Any) -> None:
     """Print, stage by stage, the job's entrypoint, its runtime_env (secrets masked) and what the stage runs."""
-    from memrl.app.context import RunContext
-    from memrl.app.stages.runner import plan_lines
+    from memrl.app.runner import plan_lines
 
     def say(line: str) -> None:
         echo(redact(line))  # a stage's plan may quote a URL or a value holding a key
@@ -289,7 +288,7 @@ def describe(job: JobPlan, address: str, echo: Any) -> None:
     for note in job.notes:
         say(f"note: {note}")
     shown = json.dumps(job.shown_env(), sort_keys=True)
-    ctx = RunContext(job.recipe, job.recipe.run_dir, Console(file=io.StringIO()))
+    ctx = job.recipe.context(job.recipe.run_dir, Console(file=io.StringIO()))
     for name in job.stages:
         stage = job.recipe.stages[name]
         say(f"\nstage {name} ({stage.kind}): Ray job")
@@ -300,7 +299,7 @@ def describe(job: JobPlan, address: str, echo: Any) -> None:
         elif least:
             say(f"  entrypoint GPUs: {least}")
         say(f"  runtime_env: {shown}")
-        for block in plan_lines(ctx, name):
+        for block in plan_lines(job.recipe, ctx, name):
             for line in block.splitlines():
                 say(f"  | {line}")
 

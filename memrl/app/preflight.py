@@ -78,20 +78,20 @@ def preflight(recipe: Recipe, only: list[str] | None = None, ray_address: str | 
 
 
 def _needs(recipe: Recipe, names: list[str], report: Report) -> _Needs:
-    from memrl.app.context import RunContext
+    from memrl.app.runner import plan_lines
     from memrl.app.stages.base import inprocess_gpus, model_keys
-    from memrl.app.stages.runner import plan_lines
     from memrl.train.endpoints import stage_endpoints
     from memrl.train.placement import layout, stage_plan
 
     needs = _Needs()
     quiet = Console(file=open(os.devnull, "w"))  # noqa: SIM115 - closed with the context below
-    ctx = RunContext(recipe, recipe.run_dir.resolve(), quiet)
+    ctx = recipe.context(recipe.run_dir.resolve(), quiet)
     try:
         for name in names:
             stage: Any = recipe.stages[name]
             try:
-                text = "\n".join(plan_lines(ctx, name))  # verl's config check and the placement plan, as --dry-run
+                # verl's config check and the placement plan, as --dry-run
+                text = "\n".join(plan_lines(recipe, ctx, name))
             except MemrlError as exc:
                 report.problems.append(f"stage {name}: {exc}")
                 continue

@@ -38,9 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_stage(recipe_ref: str, name: str, console: Console) -> None:
-    from memrl.app.context import RunContext
     from memrl.app.recipe import load_recipe
-    from memrl.app.stages.registry import kind_of
+    from memrl.app.runner import run_stage as run_one
     from memrl.core.errors import ConfigError
 
     recipe = load_recipe(recipe_ref).recipe
@@ -48,12 +47,11 @@ def run_stage(recipe_ref: str, name: str, console: Console) -> None:
     run_dir = Path(recipe_ref).resolve().parent
     recipe = recipe.model_copy(update={"output_dir": run_dir})
     os.environ.setdefault("WANDB_MODE", recipe.logging.mode)  # as `memrl run` sets it
-    stage = recipe.stages.get(name)
-    if stage is None:
+    if name not in recipe.stages:
         raise ConfigError(f"recipe {recipe.name!r} has no stage {name!r}")
-    ctx = RunContext(recipe, run_dir, console)
+    ctx = recipe.context(run_dir, console)
     try:
-        kind_of(stage).run(stage, ctx, name)
+        run_one(recipe, ctx, name)
     finally:
         ctx.close()
 

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from memrl.app.context import RunContext
 from memrl.app.preflight import preflight
 from memrl.app.recipe import load_recipe
-from memrl.app.stages.runner import plan_lines
+from memrl.app.runner import plan_lines
 from memrl.train.config import LoggingTarget
 from memrl.train.disk import disk_use
 from memrl.train.hf_trainer import TrainContext, base_args
@@ -23,9 +22,9 @@ from memrl.train.llamafactory import backend as lf
 def _dry_run(tmp_path: Path, stage: str, *overrides: str) -> str:
     """The verl command of a stage as `--dry-run` prints it, its overrides checked against verl's own config."""
     loaded = load_recipe("reflector-qwen2.5-7b", [f"output_dir={tmp_path / 'run'}", *overrides]).recipe
-    ctx = RunContext(loaded, tmp_path / "run", Console(file=io.StringIO()))
+    ctx = loaded.context(tmp_path / "run", Console(file=io.StringIO()))
     try:
-        return "\n".join(plan_lines(ctx, stage))
+        return "\n".join(plan_lines(loaded, ctx, stage))
     finally:
         ctx.close()
 

@@ -442,7 +442,6 @@ def test_launch_keeps_the_outcome_reward_of_a_verl_grpo_stage(tmp_path: Path) ->
     from rich.console import Console
 
     from memrl.app import launch
-    from memrl.app.context import RunContext
     from memrl.app.recipe import load_recipe
     from memrl.app.stages.training import verl_command
 
@@ -452,7 +451,7 @@ def test_launch_keeps_the_outcome_reward_of_a_verl_grpo_stage(tmp_path: Path) ->
     )
     data, *_ = launch.job_recipe(loaded, "http://head:8265")
     recipe = launch.validate_job_recipe(data, loaded.recipe.name).recipe
-    ctx = RunContext(recipe, recipe.run_dir, Console(file=io.StringIO()))
+    ctx = recipe.context(recipe.run_dir, Console(file=io.StringIO()))
     argv = verl_command(recipe.stages["grpo"], ctx, "grpo", dry_run=True).argv
     paths = [a.split("=", 1)[1] for a in argv if a.startswith("reward.custom_reward_function.path=")]
     assert paths == ["pkg://memrl.train.verl.rewards"]

@@ -199,7 +199,6 @@ def test_verl_stage_with_checkpoints_resumes_them_with_a_fixed_shuffle_seed(kind
     from rich.console import Console
     from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-    from memrl.app.context import RunContext
     from memrl.app.recipe import load_recipe
     from memrl.app.stages.training import verl_command
     from memrl.train.verl.validate import PPO_CONFIG, SFT_CONFIG, compose
@@ -207,7 +206,7 @@ def test_verl_stage_with_checkpoints_resumes_them_with_a_fixed_shuffle_seed(kind
     run = tmp_path / "run"
     loaded = load_recipe("reflector-qwen2.5-7b", ["seed=11", f"output_dir={run}"])
     step_dir = _fake_verl_checkpoint(run / kind, 40)
-    ctx = RunContext(loaded.recipe, run, Console(stderr=True))
+    ctx = loaded.recipe.context(run, Console(stderr=True))
     argv = verl_command(loaded.recipe.stages[kind], ctx, kind, dry_run=True).argv
     overrides = [arg for arg in argv if "=" in arg and not arg.startswith("--")]
     config = PPO_CONFIG if kind == "grpo" else SFT_CONFIG

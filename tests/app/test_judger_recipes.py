@@ -12,8 +12,8 @@ from rich.console import Console
 from support import FIXTURES, MemrlCLI, memrl_in_process
 
 from memrl.app.recipe import load_recipe
+from memrl.app.runner import run_recipe
 from memrl.app.stages.registry import KINDS
-from memrl.app.stages.runner import run_recipe
 from memrl.core.errors import ConfigError
 from memrl.train.config import ClusterConfig, JudgerStage
 from memrl.train.distributed import resolve_refs, torchrun_command

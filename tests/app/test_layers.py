@@ -12,8 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = [sys.executable, str(ROOT / "tools" / "check_layers.py")]
 FOLDERS = ("memrl", "train", "rollout", "rewards", "envs", "data_gen", "recipes", "tools")
-CONTRACTS = 6  # layers, independent worlds, independent trainers, no trainer library below train,
-# OpenEnv/verifiers only in integrations, no trainer library in integrations
+CONTRACTS = 7  # layers, the app's own layers, independent worlds, independent trainers, no trainer library below
+# train, OpenEnv/verifiers only in integrations, no trainer library in integrations
 
 
 def _copy_tree(dest: Path) -> Path:
@@ -54,6 +54,11 @@ def test_the_tree_keeps_every_contract() -> None:
         ("envs/collab/session.py", "def _serve():\n    import openenv  # noqa", "Only integrations"),
         # an integration driving a trainer
         ("memrl/integrations/openenv.py", "def _train():\n    import trl  # noqa", "Integrations drive no trainer"),
+        # inside the app: the run context reaching for the recipe (the cycle that once made every stage take it)
+        ("memrl/app/context.py", "def _up():\n    from memrl.app.config import Recipe  # noqa", "App: cli"),
+        # a stage kind reaching up into the runner, or an action into its stage
+        ("memrl/app/stages/judger.py", "def _up():\n    from memrl.app import runner  # noqa", "App: cli"),
+        ("memrl/app/actions/tod.py", "from memrl.app.stages import base  # noqa", "App: cli"),
     ],
 )
 def test_an_upward_or_sideways_import_breaks_a_contract(module: str, line: str, broken: str, tmp_path: Path) -> None:

@@ -81,13 +81,13 @@ def test_parameter_counts_from_model_names() -> None:
 @pytest.mark.parametrize("recipe", sorted(GPU_RECIPES))
 def test_dry_run_prints_the_placement_of_every_gpu_recipe(recipe: str, tmp_path: Path) -> None:
     """What `memrl run R --dry-run` prints for every verl stage: the checked verl command, then `placement:`."""
-    from memrl.app.context import RunContext
-    from memrl.app.stages.runner import plan_lines
+    from memrl.app.runner import plan_lines
 
     loaded = load_recipe(recipe, [f"output_dir={tmp_path / 'run'}"]).recipe
-    ctx = RunContext(loaded, tmp_path / "run", Console(file=open(tmp_path / "log", "w")))  # noqa: SIM115
+    ctx = loaded.context(tmp_path / "run", Console(file=open(tmp_path / "log", "w")))  # noqa: SIM115
     try:
-        text = "\n".join(plan_lines(ctx, GPU_RECIPES[recipe]))  # raises on a bad verl key or a plan that cannot fit
+        # raises on a bad verl key or a plan that cannot fit
+        text = "\n".join(plan_lines(loaded, ctx, GPU_RECIPES[recipe]))
     finally:
         ctx.close()
     block = text[text.index("placement:") :]
@@ -98,13 +98,12 @@ def test_dry_run_prints_the_placement_of_every_gpu_recipe(recipe: str, tmp_path:
 
 
 def test_the_judger_dry_run_prints_its_placement(tmp_path: Path) -> None:
-    from memrl.app.context import RunContext
-    from memrl.app.stages.runner import plan_lines
+    from memrl.app.runner import plan_lines
 
     loaded = load_recipe("judger-llama3.1-8b", [f"output_dir={tmp_path / 'run'}"]).recipe
-    ctx = RunContext(loaded, tmp_path / "run", Console(file=open(tmp_path / "log", "w")))  # noqa: SIM115
+    ctx = loaded.context(tmp_path / "run", Console(file=open(tmp_path / "log", "w")))  # noqa: SIM115
     try:
-        text = "\n".join(plan_lines(ctx, "judger"))
+        text = "\n".join(plan_lines(loaded, ctx, "judger"))
     finally:
         ctx.close()
     assert "judger (torchrun): meta-llama/Llama-3.1-8B-Instruct on GPUs 0,1,2,3,4,5,6,7, all memory" in text
@@ -126,11 +125,10 @@ def test_the_trainer_sees_only_its_gpus() -> None:
 def test_verl_gets_the_gpus_the_plan_leaves(recipe: str, tmp_path: Path) -> None:
     """trainer.n_gpus_per_node, the rollout's TP and memory share, torchrun's processes and CUDA_VISIBLE_DEVICES
     all follow the placement plan (verl would otherwise ask Ray for GPUs the served model holds)."""
-    from memrl.app.context import RunContext
     from memrl.app.stages.registry import kind_of
 
     loaded = load_recipe(recipe, [f"output_dir={tmp_path / 'run'}"]).recipe
-    ctx = RunContext(loaded, tmp_path / "run", Console(file=open(tmp_path / "log", "w")))  # noqa: SIM115
+    ctx = loaded.context(tmp_path / "run", Console(file=open(tmp_path / "log", "w")))  # noqa: SIM115
     try:
         for name, stage in loaded.stages.items():
             if getattr(stage, "trainer", None) != "verl":

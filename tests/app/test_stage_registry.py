@@ -135,14 +135,14 @@ def test_cli_flags_and_recipe_keys_build_the_same_config(tmp_path: Path) -> None
 
 def test_every_action_is_a_command_and_a_stage_named_by_one_rule() -> None:
     from memrl.app.actions import kind_of
-    from memrl.app.actions.registry import ACTIONS
     from memrl.app.cli.commands import COMMANDS, SHAPES
 
     assert (kind_of("eval tod"), kind_of("data tod"), kind_of("export")) == ("eval_tod", "tod_data", "export")
-    assert len({a.command for a in ACTIONS}) == len(ACTIONS) and set(SHAPES) <= set(COMMANDS)
-    for action in ACTIONS:
-        assert action.kind == kind_of(action.command)
-        assert KINDS[action.kind].config.__doc__ == action.help  # the stage is the action's, under the rule's name
+    faces = {name: kind.action for name, kind in KINDS.items() if kind.action is not None}
+    assert set(SHAPES) <= set(COMMANDS) == {action.command for action in faces.values()}
+    for name, action in faces.items():
+        assert name == action.kind == kind_of(action.command)  # the face's command names its kind by the rule
+        assert KINDS[name].config.__doc__ == action.help
         assert COMMANDS[action.command].__doc__ == action.help
     # Every `memrl eval|data` command, generated or hand-written, runs as the stage its words name by the rule.
     root = get_command(app)

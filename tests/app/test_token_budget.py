@@ -9,17 +9,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from memrl.app.context import RunContext
 from memrl.app.recipe import load_recipe
-from memrl.app.stages.runner import plan_lines
+from memrl.app.runner import plan_lines
 from memrl.core.errors import ConfigError
 
 
 def _dry_run(tmp_path: Path, recipe: str, stage: str, *overrides: str) -> str:
     loaded = load_recipe(recipe, [f"output_dir={tmp_path / 'run'}", *overrides]).recipe
-    ctx = RunContext(loaded, tmp_path / "run", Console(file=io.StringIO()))
+    ctx = loaded.context(tmp_path / "run", Console(file=io.StringIO()))
     try:
-        return "\n".join(plan_lines(ctx, stage))  # the verl command is checked against verl's config on the way
+        return "\n".join(plan_lines(loaded, ctx, stage))  # the verl command is checked against verl's config on the way
     finally:
         ctx.close()
 

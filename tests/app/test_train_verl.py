@@ -195,7 +195,6 @@ def test_a_verl_stage_runs_with_its_metrics_file_and_draws_its_curves(tmp_path: 
     runner keeps an earlier attempt's file, and draws the curves even when the run fails."""
     from rich.console import Console
 
-    from memrl.app.context import RunContext
     from memrl.app.recipe import load_recipe
     from memrl.app.stages.training import stage_run, verl_command
     from memrl.train.stage_run import CURVES_FILE
@@ -203,7 +202,7 @@ def test_a_verl_stage_runs_with_its_metrics_file_and_draws_its_curves(tmp_path: 
 
     run = tmp_path / "run"
     loaded = load_recipe("reflector-qwen2.5-7b", [f"output_dir={run}"])
-    ctx = RunContext(loaded.recipe, run, Console(stderr=True))
+    ctx = loaded.recipe.context(run, Console(stderr=True))
     env = verl_command(loaded.recipe.stages["sft"], ctx, "sft", dry_run=True).env
     assert env is not None and env["VERL_FILE_LOGGER_PATH"] == str(run / "sft" / "verl_metrics.jsonl")
     assert env["WANDB_DIR"] == str(run / "sft")  # base recipe: wandb offline
@@ -623,12 +622,11 @@ def test_merge_checkpoint_runs_verls_merger(fsdp_lora_checkpoint: tuple[Path, ob
 def _stage_command(recipe: str, stage: str, overrides: list[str], tmp_path: Path) -> Any:
     from rich.console import Console
 
-    from memrl.app.context import RunContext
     from memrl.app.recipe import load_recipe
     from memrl.app.stages import collab_rl, training
 
     loaded = load_recipe(recipe, [f"output_dir={tmp_path}", *overrides])
-    ctx = RunContext(loaded.recipe, tmp_path, Console(stderr=True))
+    ctx = loaded.recipe.context(tmp_path, Console(stderr=True))
     spec = loaded.recipe.stages[stage]
     build = collab_rl.verl_command if spec.kind == "collab_grpo" else training.verl_command
     return build(spec, ctx, stage, dry_run=True)

@@ -11,10 +11,9 @@ import pytest
 from rich.console import Console
 
 from memrl.app import launch
-from memrl.app.context import RunContext
 from memrl.app.preflight import preflight
 from memrl.app.recipe import load_recipe
-from memrl.app.stages.runner import plan_lines
+from memrl.app.runner import plan_lines
 from memrl.train import distributed
 from memrl.train.llamafactory import backend as lf
 
@@ -25,9 +24,9 @@ SERVER_ON_4_TO_7 = "placement.judge={gpus: [4, 5, 6, 7], memory_fraction: 0.9}"
 
 def _dry_run(tmp_path: Path, recipe: str, stage: str, *overrides: str) -> str:
     loaded = load_recipe(recipe, [f"output_dir={tmp_path / 'run'}", *overrides]).recipe
-    ctx = RunContext(loaded, tmp_path / "run", Console(file=io.StringIO()))
+    ctx = loaded.context(tmp_path / "run", Console(file=io.StringIO()))
     try:
-        return "\n".join(plan_lines(ctx, stage))
+        return "\n".join(plan_lines(loaded, ctx, stage))
     finally:
         ctx.close()
 

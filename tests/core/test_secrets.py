@@ -12,7 +12,6 @@ import pytest
 from rich.console import Console
 from support import MemrlCLI
 
-from memrl.app.context import RunContext
 from memrl.app.launch import describe, plan
 from memrl.app.recipe import load_recipe
 from memrl.core import secrets
@@ -99,7 +98,7 @@ def test_errors_logs_and_the_run_console_mask_registered_secrets(
         "endpoint http://h/v1?key=*** is unreachable"
     )
     out = io.StringIO()
-    ctx = RunContext(loaded.recipe, tmp_path, Console(file=out, width=200))
+    ctx = loaded.recipe.context(tmp_path, Console(file=out, width=200))
     ctx.console.print(f"calling http://h/v1?key={CRED}")
     with caplog.at_level(logging.INFO):
         logging.getLogger("memrl.test").info("key is %s", CRED)

@@ -14,7 +14,7 @@ from accelerate.commands.launch import launch_command_parser
 from rich.console import Console
 
 from memrl.app.recipe import load_recipe
-from memrl.app.stages.runner import run_recipe
+from memrl.app.runner import run_recipe
 from memrl.core.errors import ConfigError
 from memrl.train import distributed
 from memrl.train.config import ClusterConfig

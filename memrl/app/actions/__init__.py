@@ -5,10 +5,10 @@ call the same `run`; the flags are generated from the model's fields (cli/from_c
 subclasses the model with its `kind` (stages/actions.py), so a flag and a recipe key cannot drift apart. Either way
 the output folder is held (core/runfolder.py) while the action runs: a second run into it fails in one line.
 
-Every action is listed once, in `registry.ACTIONS`; `memrl eval|data ...` (cli/commands.py) and the recipe's stage
-kinds (stages/actions.py) are both built from that table. An action has one name, its command words, and its stage
-kind follows from them by one rule (`kind_of`): `eval X` <-> kind `eval_X` (the verb leads), `data X` <-> kind
-`X_data` (the noun follows), any other command its words joined by `_`.
+An action is the CLI face of one stage kind: it is listed once, as that kind in `stages.registry.KINDS`, and
+`memrl eval|data ...` (cli/commands.py) is built from the kinds that have one. An action has one name, its command
+words, and its stage kind follows from them by one rule (`kind_of`): `eval X` <-> kind `eval_X` (the verb leads),
+`data X` <-> kind `X_data` (the noun follows), any other command its words joined by `_`.
 """
 
 from __future__ import annotations

@@ -8,10 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from memrl.app.actions import Action
-from memrl.envs.collab.config import CollabEvalConfig
-
-# What may change between a run and its resumption besides how the work runs (runfolder.RUNTIME_KEYS): how much.
-RESUMABLE_CHANGES = {"sessions"}
+from memrl.envs.collab.config import RESUMABLE_CHANGES, CollabEvalConfig
 
 
 def evaluate_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> dict[str, Any]:

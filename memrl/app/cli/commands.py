@@ -1,7 +1,8 @@
-"""The commands generated from the registry's actions (`memrl eval collab|judger|tod|pahf`, `memrl data
-tod|judger|pahf`), with the few flags that are not plain fields: reply budgets inside `sampling`, client settings of
-NAME@URL roles, and the spellings the commands have always had (`--judger none`, `--top-units 0`, `--reader
-template`). `install` puts them, with the hand-written commands of their group, under `memrl eval` and `memrl data`."""
+"""The commands generated from the stage kinds' CLI faces (`memrl eval collab|judger|tod|pahf`, `memrl data
+tod|judger|pahf`: the actions of `stages.registry.KINDS`), with the few flags that are not plain fields: reply budgets
+inside `sampling`, client settings of NAME@URL roles, and the spellings the commands have always had (`--judger
+none`, `--top-units 0`, `--reader template`). `install` puts them, with the hand-written commands of their group,
+under `memrl eval` and `memrl data`."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from memrl.app.actions.registry import ACTIONS
 from memrl.app.cli.from_config import Flag, Spec, client_flags, config_command, in_flight, nested_flag
+from memrl.app.stages.registry import KINDS
 from memrl.core.errors import ConfigError
 from memrl.core.files import check_folder
 from memrl.rollout.config import model_from_spec
@@ -81,7 +82,9 @@ SHAPES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 COMMANDS: dict[str, Callable[..., None]] = {
-    action.command: config_command(action, **SHAPES.get(action.command, {})) for action in ACTIONS
+    action.command: config_command(action, **SHAPES.get(action.command, {}))
+    for action in (kind.action for kind in KINDS.values())
+    if action is not None
 }
 
 # The order `memrl eval --help` and `memrl data --help` list their commands in; a new one goes last.

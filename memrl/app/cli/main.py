@@ -82,7 +82,7 @@ def run(
 ) -> None:
     """Run a recipe's stages in order; writes the resolved recipe next to the outputs. A rerun resumes."""
     from memrl.app.recipe import load_recipe
-    from memrl.app.stages.runner import run_recipe
+    from memrl.app.runner import run_recipe
 
     run_dir = run_recipe(load_recipe(recipe, overrides or [], smoke=smoke), console, only=stage, dry_run=dry_run)
     console.print(f"done: {run_dir}")
@@ -95,7 +95,7 @@ def resume(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what each stage would run")] = False,
 ) -> None:
     """Rerun the run saved in RUN_DIR: finished stages are skipped, a killed one continues from its last checkpoint."""
-    from memrl.app.stages.runner import resume_run
+    from memrl.app.runner import resume_run
 
     console.print(f"done: {resume_run(run_dir, console, only=stage, dry_run=dry_run)}")
 

@@ -1,6 +1,6 @@
-"""Stage kinds that run an action, one per entry of `actions.registry.ACTIONS` (what `memrl eval collab|tod|pahf|judger`
-and `memrl data tod|judger|pahf` do): the stage's schema is the action's config plus `kind` (named by
-`actions.kind_of`), so every flag of the command is a key of the stage."""
+"""The stage kind of an action (what `memrl eval collab|tod|pahf|judger` and `memrl data tod|judger|pahf` do): the
+stage's schema is the action's config plus `kind` (named by `actions.kind_of`), so every flag of the command is a key
+of the stage, and the action stays on the kind as its CLI face."""
 
 from __future__ import annotations
 
@@ -10,22 +10,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, create_model
 
 from memrl.app.actions import Action
-from memrl.app.actions.registry import ACTIONS
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind, as_is, on_the_cluster
 
 
 def _config(action: Action[Any], stage: BaseModel, ctx: RunContext) -> Any:
-    """The action's config from the stage: earlier stages named by their output folder, the recipe's `data` and
-    seed unless the stage sets its own."""
+    """The action's config from the stage: earlier stages named by their output folder, the run's `data` and seed
+    unless the stage sets its own."""
     values = stage.model_dump(exclude={"kind"})
-    if "data" in action.refs and values.get("data") is None and ctx.recipe.data is not None:
-        values["data"] = ctx.recipe.data  # what `memrl run R data=DIR` is for
+    if "data" in action.refs and values.get("data") is None and ctx.data is not None:
+        values["data"] = ctx.data  # what `memrl run R data=DIR` is for
     for key in action.refs:
-        if values.get(key) is not None and str(values[key]) in ctx.recipe.stages:
+        if values.get(key) is not None and str(values[key]) in ctx.stages:
             values[key] = ctx.stage_dir(str(values[key]))
     if "seed" in values and "seed" not in stage.model_fields_set:
-        values["seed"] = ctx.recipe.seed
+        values["seed"] = ctx.seed
     return action.config.model_validate(values)
 
 
@@ -56,7 +55,4 @@ def action_stage(action: Action[Any]) -> StageKind[Any]:
             else as_is(stage, raw, name, dashboard)
         )
 
-    return StageKind(schema, run, dry_run, job, refs=action.refs)
-
-
-KINDS = tuple(action_stage(action) for action in ACTIONS)
+    return StageKind(schema, run, dry_run, job, refs=action.refs, action=action)

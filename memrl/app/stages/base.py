@@ -1,8 +1,9 @@
-"""A stage kind is one object: its recipe schema, what it does, what it would do, and how it ships as a Ray job.
+"""A stage kind is one object: its recipe schema, what it does, what it would do, how it ships as a Ray job, and
+its CLI face when it has one (an `Action`: `memrl eval tod` is the face of kind `eval_tod`).
 
-Adding a kind is one module that builds a `StageKind` and one line in `registry.KINDS` (or, for a kind that is also a
-command, one `Action` in `actions.registry.ACTIONS`); the recipe schema's discriminated union, `memrl run`,
-`--dry-run` and `memrl launch` all read the registry.
+Adding a kind is one module that builds a `StageKind` and one line in `registry.KINDS` (for a kind that is also a
+command: an `Action`, its stage made by `stages.actions.action_stage`); the recipe schema's discriminated union,
+`memrl run`, `--dry-run`, `memrl launch` and the `memrl eval|data` commands all read the registry.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, get_args
 
+from memrl.app.actions import Action
 from memrl.app.context import RunContext
 from memrl.core.schema import StrictModel
 
@@ -78,6 +80,8 @@ class StageKind(Generic[C]):
     # Adapts the stage's entry of the job recipe (in place) to a cluster and says what its Ray job needs.
     job: Callable[[C, dict[str, Any], str, str], Job] = field(default=as_is)
     refs: tuple[str, ...] = ()  # fields that may name an earlier stage of the recipe (its output folder)
+    needs: tuple[str, ...] = ()  # refs whose stage's spec the runner gets (ctx.needs); the rest only name a folder
+    action: Action[Any] | None = None  # its CLI face (`memrl <action.command>`), the same work from flags; None: none
 
     @property
     def name(self) -> str:

@@ -1,39 +1,23 @@
-"""`collab_heldout`: what collab GRPO did, measured on users and problems it never trained on.
+"""`collab_heldout`: base vs trained collab policy on held-out users and problems (the work: memrl.train.heldout).
 
-The base policy and the trained one each play the same held-out sessions greedily (the eval side of the training
-stage's own user and problem split, same seed, same task, user, agent kind and reply budget) through the one collab
-runner; per session, the checker pass rate, task success, user effort and length are paired by (user, session,
-problem), and the trained-minus-base difference of each gets a paired bootstrap interval. Written into the run's
-`report.json` under `heldout`, with a bar chart beside it.
+The stage names the collab_grpo stage whose split, env and budget are played and the two policies; it resolves them
+from the run and prints what the report says.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from statistics import fmean
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, PositiveInt
-from rich.console import Console
 
 from memrl.app.context import RunContext
 from memrl.app.stages.base import StageKind
 from memrl.core.errors import ConfigError
 from memrl.core.schema import StrictModel
-from memrl.core.stats import paired_difference
-from memrl.envs.collab.agents import AgentKind
-from memrl.envs.collab.config import CollabEvalConfig, CollabSampling
-from memrl.envs.collab.records import SessionRecord
-from memrl.rewards.collab_episode import preference_share
-from memrl.rollout.config import SamplingConfig
+from memrl.envs.collab.config import CollabEvalConfig
+from memrl.train.heldout import METRICS, PLOT_FILE, REPORT_KEY, heldout_config
 from memrl.train.online.config import CollabGRPOStage
-
-METRICS = ("preference", "task_success", "user_effort", "length")
-PLOT_FILE = "heldout.png"
-REPORT_KEY = "heldout"
 
 
 class CollabHeldoutStage(StrictModel):
@@ -49,129 +33,15 @@ class CollabHeldoutStage(StrictModel):
     resamples: PositiveInt = Field(default=2000, description="bootstrap resamples of the paired differences")
 
 
-# ---- the report, from per-session records ---------------------------------------------------------------------------
-
-
-def session_metrics(record: SessionRecord) -> dict[str, float | None]:
-    """One session's metrics; `preference` is None when the user reacted to no reply (nothing was checked)."""
-    return {
-        "preference": preference_share(record.to_dict()),  # the reward's own reading of the record's JSON
-        "task_success": float(record.task_success),
-        "user_effort": float(record.user_effort),
-        "length": float(record.length),
-    }
-
-
-def pair_key(record: SessionRecord) -> tuple[str, int, str]:
-    return record.user_id, record.session, record.problem_id
-
-
-def heldout_report(
-    base: Sequence[SessionRecord], trained: Sequence[SessionRecord], *, seed: int, resamples: int = 2000
-) -> dict[str, Any]:
-    """`n` paired sessions (`unpaired`: those finished on one side only, left out); per metric the base and trained
-    means, `delta` (trained - base) and its paired bootstrap `ci95`, all over the pairs where both sides have it."""
-    by_key = [{pair_key(r): session_metrics(r) for r in side} for side in (base, trained)]
-    keys = sorted(by_key[0].keys() & by_key[1].keys())
-    report: dict[str, Any] = {
-        "n": len(keys),
-        "unpaired": len(by_key[0].keys() ^ by_key[1].keys()),
-        "base": {},
-        "trained": {},
-        "delta": {},
-        "ci95": {},
-    }
-    for metric in METRICS:
-        pairs = [(by_key[0][k][metric], by_key[1][k][metric]) for k in keys]
-        kept = [(b, t) for b, t in pairs if b is not None and t is not None]
-        b_scores, t_scores = [b for b, _ in kept], [t for _, t in kept]
-        report["base"][metric] = _round(fmean(b_scores)) if kept else None
-        report["trained"][metric] = _round(fmean(t_scores)) if kept else None
-        found = paired_difference(t_scores, b_scores, resamples=resamples, seed=seed) if kept else None
-        if found is None:  # fewer than two pairs: a difference, but no interval
-            report["delta"][metric] = _round(t_scores[0] - b_scores[0]) if kept else None
-            report["ci95"][metric] = None
-        else:
-            report["delta"][metric] = _round(found[0])
-            report["ci95"][metric] = [_round(found[1][0]), _round(found[1][1])]
-    return report
-
-
-def _round(x: float) -> float:
-    return round(x, 4) if math.isfinite(x) else x
-
-
-def heldout_chart(report: Mapping[str, Any], out: Path, title: str | None = None) -> Path | None:
-    """One panel per metric (their scales differ): base and trained bars, the trained bar's whisker the 95% interval
-    of the difference placed on the base mean. None (no file) when no metric has a value."""
-    shown = [m for m in METRICS if report["base"].get(m) is not None]
-    if not shown:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on clusters or CI
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown), 3.4), squeeze=False)
-    for ax, metric in zip(axes[0], shown, strict=True):
-        base, trained, ci = report["base"][metric], report["trained"][metric], report["ci95"][metric]
-        ax.bar([0, 1], [base, trained], color=["tab:grey", "tab:blue"], tick_label=["base", "trained"])
-        if ci is not None:  # where the trained mean could lie, given the base, at 95%
-            centre = base + report["delta"][metric]
-            ax.errorbar([1], [centre], yerr=[[centre - (base + ci[0])], [(base + ci[1]) - centre]], color="black")
-        interval = f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci is not None else ""
-        ax.set_title(f"{metric}\ndelta {report['delta'][metric]:+.2f}{interval}", fontsize=9)
-    fig.suptitle(title or f"held-out sessions: base vs trained (n={report['n']})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
-
-
-# ---- the stage ------------------------------------------------------------------------------------------------------
-
-
 def _training(stage: CollabHeldoutStage, ctx: RunContext, name: str) -> CollabGRPOStage:
-    found = ctx.recipe.stages.get(stage.train)
+    found = ctx.needs.get(stage.train)
     if not isinstance(found, CollabGRPOStage):
         raise ConfigError(f"stage {name}: train={stage.train!r} must name a collab_grpo stage of this recipe")
     return found
 
 
-def heldout_config(stage: CollabHeldoutStage, training: CollabGRPOStage) -> CollabEvalConfig:
-    """The eval side of the training stage's split (same task, problems, seed), played as it trained: same agent
-    kind, user and turns, replies greedy within the same token budget. The model is set per policy."""
-    env = training.env
-    sampling = CollabSampling(
-        agent=SamplingConfig(temperature=0.0, max_tokens=training.max_turn_tokens, seed=env.seed),
-        user=env.user_sampling,
-    )
-    return env.eval_config().model_copy(
-        update={
-            "split": "eval",
-            "users": stage.users,
-            "sessions": stage.sessions,
-            "max_turns": env.max_turns,
-            "agent": AgentKind(env.agent),
-            "simulator": env.simulator,
-            "user_model": env.user_model,
-            "sampling": sampling,
-            "workers": stage.workers,
-            "ray_address": env.ray_address,
-        }
-    )
-
-
-def check_held_out(cfg: CollabEvalConfig) -> None:
-    """The held-out users and problems share none with the whole train side the training stage draws from."""
-    from memrl.envs.collab.problems import check_disjoint
-    from memrl.envs.collab.runner import select_problems, select_profiles
-
-    train = cfg.model_copy(update={"split": "train"})
-    shared = {u.id for u in select_profiles(cfg)} & {u.id for u in select_profiles(train)}
-    if shared:
-        raise ConfigError(f"held-out users are also train users: {sorted(shared)[:3]}")
-    check_disjoint(select_problems(train), select_problems(cfg))
+def _config(stage: CollabHeldoutStage, training: CollabGRPOStage) -> CollabEvalConfig:
+    return heldout_config(training, users=stage.users, sessions=stage.sessions, workers=stage.workers)
 
 
 def _models(stage: CollabHeldoutStage, training: CollabGRPOStage, ctx: RunContext) -> dict[str, str]:
@@ -179,69 +49,25 @@ def _models(stage: CollabHeldoutStage, training: CollabGRPOStage, ctx: RunContex
 
 
 def run(stage: CollabHeldoutStage, ctx: RunContext, name: str) -> None:
-    from memrl.app.actions.collab import RESUMABLE_CHANGES
-    from memrl.core.runfolder import claim
-    from memrl.envs.collab.runner import run_collab
-    from memrl.rollout.config import HFModelConfig
-    from memrl.train.evaluate import servable_model
-    from memrl.train.report import merge_report
+    from memrl.train.heldout import check_held_out, play, write_heldout
 
     training = _training(stage, ctx, name)
-    cfg = heldout_config(stage, training)
+    cfg = _config(stage, training)
     check_held_out(cfg)
-    out, models = ctx.stage_dir(name), _models(stage, training, ctx)
-    policy = ctx.recipe.models.get(training.model)
-    records = {}
-    for label, ref in models.items():
-        model = servable_model(ref)  # an adapter checkpoint is merged once; a model folder is used as it is
-        config = (
-            policy.model_copy(update={"model": model})
-            if isinstance(policy, HFModelConfig)
-            else HFModelConfig(backend="hf", model=model)
-        )
-        ctx.console.print(f"{name}: {cfg.users} held-out users x {cfg.sessions} sessions with the {label} policy")
-        played = cfg.model_copy(update={"model": config})
-        forget_if_retrained(out / label, model, ctx.console, name)
-        claim(out / label, played, may_change=RESUMABLE_CHANGES)  # a rerun resumes; another setup is refused
-        records[label] = run_collab(played, out / label, ctx.console)
-    report = heldout_report(records["base"], records["trained"], seed=ctx.recipe.seed, resamples=stage.resamples)
-    plot = heldout_chart(report, ctx.run_dir / PLOT_FILE, f"{ctx.recipe.name}: held-out (n={report['n']})")
-    report |= {"models": models, "plot": str(plot) if plot else None}
-    path = merge_report(ctx.run_dir, {REPORT_KEY: report})
+    models = _models(stage, training, ctx)
+    policy = ctx.models.get(training.model)
+    records = play(cfg, models, policy, ctx.stage_dir(name), ctx.console, name)
+    report, path, plot = write_heldout(
+        records, models, ctx.run_dir, run=ctx.name, seed=ctx.seed, resamples=stage.resamples
+    )
     shown = {m: [report["delta"][m], report["ci95"][m]] for m in METRICS}
     ctx.console.print(f"{name}: trained - base (delta, ci95): {json.dumps(shown)}", highlight=False, markup=False)
     ctx.console.print(f"{name}: {path} ({REPORT_KEY}), {plot}")
 
 
-MODEL_STAMP = "model.json"
-
-
-def _stamp(model: str) -> dict[str, Any]:
-    """Which weights a policy had: its folder and when its weights were last written (a retrain into the same
-    export folder keeps the path and changes the time)."""
-    folder = Path(model)
-    weights = [*folder.glob("*.safetensors"), *folder.glob("*.bin")] if folder.is_dir() else []
-    return {
-        "model": str(folder.resolve()) if folder.exists() else model,
-        "written": max((f.stat().st_mtime_ns for f in weights), default=None),
-    }
-
-
-def forget_if_retrained(out: Path, model: str, console: Console, name: str) -> None:
-    """Sessions played by other weights than `model` has now are not this policy's: they are played again."""
-    import shutil
-
-    saved, now = out / MODEL_STAMP, _stamp(model)
-    if saved.is_file() and json.loads(saved.read_text()) != now:
-        console.print(f"{name}: {out.name} policy changed since its held-out sessions were played: playing again")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    saved.write_text(json.dumps(now))
-
-
 def dry_run(stage: CollabHeldoutStage, ctx: RunContext, name: str) -> list[str]:
     training = _training(stage, ctx, name)
-    cfg = heldout_config(stage, training)
+    cfg = _config(stage, training)
     return [
         f"memrl eval collab --split eval --agent {cfg.agent} --model {ref} --users {cfg.users} --sessions "
         f"{cfg.sessions} --max-turns {cfg.max_turns} (greedy, {training.max_turn_tokens} tokens a reply) --out "
@@ -250,4 +76,4 @@ def dry_run(stage: CollabHeldoutStage, ctx: RunContext, name: str) -> list[str]:
     ] + [f"paired bootstrap of trained - base -> {ctx.run_dir / 'report.json'} ({REPORT_KEY}), {PLOT_FILE}"]
 
 
-COLLAB_HELDOUT = StageKind(CollabHeldoutStage, run, dry_run, refs=("train", "trained"))
+COLLAB_HELDOUT = StageKind(CollabHeldoutStage, run, dry_run, refs=("train", "trained"), needs=("train",))

@@ -16,7 +16,7 @@ from memrl.train.hf_trainer import is_finished
 
 def data_ref(ref: str | None, ctx: RunContext, name: str) -> Path:
     """The stage's own `data`, else the recipe's; a stage of this recipe names its output folder."""
-    ref = ref or ctx.recipe.data
+    ref = ref or ctx.data
     if ref is None:
         raise ConfigError(
             f"stages.{name}.data: no judger data; name a folder (or a stage) there, or pass data=DIR to `memrl run`"

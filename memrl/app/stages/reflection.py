@@ -28,7 +28,7 @@ def run_reflection_data(stage: ReflectionDataStage, ctx: RunContext, name: str) 
     from memrl.data_gen.reflection import build_reflection_data
 
     out = ctx.stage_dir(name)
-    stats, n_train, n_eval = build_reflection_data(stage, out, ctx.console, ctx.recipe.seed, name)
+    stats, n_train, n_eval = build_reflection_data(stage, out, ctx.console, ctx.seed, name)
     ctx.console.print(f"{name}: {json.dumps(stats.to_dict()['train'])}")
     ctx.console.print(f"{name}: {n_train} train / {n_eval} eval reflection samples in {out}")
 
@@ -97,7 +97,7 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
             max_samples=stage.max_samples,
             batch_size=stage.batch_size,
         )
-        record_evaluation(Path(ref), f"{ctx.recipe.name}/{label}", metrics)
+        record_evaluation(Path(ref), f"{ctx.name}/{label}", metrics)
         results[label] = metrics
         ctx.console.print(f"{name}: {label}: " + json.dumps({k: metrics[k] for k in ("score", "coverage", "format")}))
     online = online_check(models, stage.online.collab, out / "online", ctx.console) if stage.online else None
@@ -110,10 +110,10 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
             stage.reward.outcome, data, out, list(models), stage.reward.plain_text_notes, users=stage.outcome_users
         )
         _print_outcome(outcome, ctx, name)
-    report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx), outcome, out, seed=ctx.recipe.seed)
+    report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx), outcome, out, seed=ctx.seed)
     sections = json.loads(report.read_text())
     _print_verdict(sections, ctx, name)
-    page = write_html(ctx.run_dir, sections, out, _data_rows(data), title=f"memrl run {ctx.recipe.name}")
+    page = write_html(ctx.run_dir, sections, out, _data_rows(data), title=f"memrl run {ctx.name}")
     ctx.console.print(f"{name}: report {report}, {page}")
 
 
@@ -166,7 +166,7 @@ def _print_outcome(outcome: dict[str, Any], ctx: RunContext, name: str) -> None:
 
 
 def _grpo_logs(ctx: RunContext) -> dict[str, Path]:
-    logs = {n: ctx.stage_dir(n) / "log_history.json" for n, s in ctx.recipe.stages.items() if s.kind == "grpo"}
+    logs = {n: ctx.stage_dir(n) / "log_history.json" for n, kind in ctx.stages.items() if kind == "grpo"}
     return {n: p for n, p in logs.items() if p.is_file()}
 
 

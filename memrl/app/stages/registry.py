@@ -1,4 +1,5 @@
-"""Every stage kind a recipe can name, in one table; the recipe schema's union is built from it."""
+"""Every stage kind a recipe can name, in one table: the recipe schema's union and the `memrl eval|data` commands
+(the kinds' CLI faces) are built from it."""
 
 from __future__ import annotations
 
@@ -6,24 +7,32 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union
 
 from pydantic import Field
 
-from memrl.app.stages import actions, collab_rl, generate, heldout, judger, pull_models, reflection, training
+from memrl.app.actions import Action
+from memrl.app.actions.collab import EVAL_COLLAB
+from memrl.app.actions.judger import EVAL_JUDGER
+from memrl.app.actions.pahf import EVAL_PAHF, PAHF_DATA
+from memrl.app.actions.tod import EVAL_TOD, JUDGER_DATA, TOD_DATA
+from memrl.app.stages import collab_rl, generate, heldout, judger, pull_models, reflection, training
+from memrl.app.stages.actions import action_stage
 from memrl.app.stages.base import StageKind
 
-KINDS: dict[str, StageKind[Any]] = {
-    kind.name: kind
-    for kind in (
-        pull_models.KIND,
-        generate.KIND,
-        reflection.REFLECTION_DATA,
-        training.SFT,
-        training.GRPO,
-        collab_rl.COLLAB_GRPO,
-        reflection.EXPORT,
-        heldout.COLLAB_HELDOUT,
-        reflection.EVAL_REFLECTOR,
-        judger.JUDGER,
-    )
-} | {kind.name: kind for kind in actions.KINDS}
+# The kinds that are also a command: each action is its kind's CLI face (`memrl eval tod` runs kind `eval_tod`).
+_FACES: tuple[Action[Any], ...] = (EVAL_COLLAB, EVAL_JUDGER, EVAL_TOD, EVAL_PAHF, TOD_DATA, JUDGER_DATA, PAHF_DATA)
+
+_KINDS: tuple[StageKind[Any], ...] = (
+    pull_models.KIND,
+    generate.KIND,
+    reflection.REFLECTION_DATA,
+    training.SFT,
+    training.GRPO,
+    collab_rl.COLLAB_GRPO,
+    reflection.EXPORT,
+    heldout.COLLAB_HELDOUT,
+    reflection.EVAL_REFLECTOR,
+    judger.JUDGER,
+    *map(action_stage, _FACES),
+)
+KINDS: dict[str, StageKind[Any]] = {kind.name: kind for kind in _KINDS}
 
 
 class StageSpec(Protocol):

@@ -31,15 +31,15 @@ Backend = Callable[[S, StageRun, str, Path], Any]  # a train/ backend's run or d
 
 def stage_run(ctx: RunContext, name: str) -> StageRun:
     """What a trainer backend knows about the run: the one place it is read from the run context."""
-    logging = ctx.recipe.logging
+    logging = ctx.logging
     return StageRun(
         out_dir=ctx.stage_dir(name),
         stage=name,
-        recipe=ctx.recipe.name,
+        recipe=ctx.name,
         project=logging.project,
         wandb=logging.backend == "wandb" and logging.mode != "disabled",
-        seed=ctx.recipe.seed,
-        planned=frozenset(str(ctx.stage_dir(n)) for n in ctx.recipe.stages),
+        seed=ctx.seed,
+        planned=frozenset(str(ctx.stage_dir(n)) for n in ctx.stages),
         console=ctx.console,
     )
 
@@ -47,7 +47,7 @@ def stage_run(ctx: RunContext, name: str) -> StageRun:
 def wandb_defaults(ctx: RunContext) -> None:
     """wandb's project, folder and entity from recipe.logging, unless the environment names them (TRL and
     LLaMA-Factory read them; verl is told by its overrides)."""
-    logging = ctx.recipe.logging
+    logging = ctx.logging
     if logging.backend == "wandb":
         os.environ.setdefault("WANDB_PROJECT", logging.project)
         os.environ.setdefault("WANDB_DIR", str(ctx.run_dir))

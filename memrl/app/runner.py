@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from memrl.app.config import Recipe
 from memrl.app.context import RunContext
 from memrl.app.recipe import RESOLVED_NAME, LoadedRecipe, load_recipe
 from memrl.app.stages.registry import kind_of
@@ -18,12 +19,17 @@ from memrl.core.files import check_file, check_folder
 from memrl.core.runfolder import hold
 
 
-def plan_lines(ctx: RunContext, name: str) -> list[str]:
+def run_stage(recipe: Recipe, ctx: RunContext, name: str) -> None:
+    """Stage `name` through its kind, given the run and the specs of the stages it needs."""
+    stage = recipe.stages[name]
+    kind_of(stage).run(stage, ctx.needing(recipe.needs(name)), name)
+
+
+def plan_lines(recipe: Recipe, ctx: RunContext, name: str) -> list[str]:
     """What stage `name` would do, one printable block per line of its plan ("name: ..." or "name:" + a command)."""
-    stage = ctx.recipe.stages[name]
-    return [
-        f"{name}:\n{text}" if "\n" in text else f"{name}: {text}" for text in kind_of(stage).dry_run(stage, ctx, name)
-    ]
+    stage = recipe.stages[name]
+    plan = kind_of(stage).dry_run(stage, ctx.needing(recipe.needs(name)), name)
+    return [f"{name}:\n{text}" if "\n" in text else f"{name}: {text}" for text in plan]
 
 
 def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = None, dry_run: bool = False) -> Path:
@@ -44,17 +50,17 @@ def run_recipe(loaded: LoadedRecipe, console: Console, only: list[str] | None = 
             console.print(f"run {recipe.name!r}: resolved recipe written to {saved}")
         # wandb stays offline unless the recipe or the caller's environment says otherwise.
         os.environ.setdefault("WANDB_MODE", recipe.logging.mode)
-        ctx = RunContext(recipe, run_dir, console)
+        ctx = recipe.context(run_dir, console)
         stack.callback(ctx.close)
         for name, stage in recipe.stages.items():
             if only and name not in only:
                 continue
             console.rule(f"stage {name} ({stage.kind})")
             if dry_run:
-                for line in plan_lines(ctx, name):
+                for line in plan_lines(recipe, ctx, name):
                     console.print(line, soft_wrap=True, highlight=False, markup=False)
             else:
-                kind_of(stage).run(stage, ctx, name)
+                run_stage(recipe, ctx, name)
     return run_dir
 
 
