@@ -55,7 +55,7 @@ def reflector_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], 
 
 def collaborator_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], Units]:
     """Trained - base preference share per held-out session (`report.json` `heldout`)."""
-    from memrl.app.stages.heldout import pair_key, session_metrics
+    from memrl.train.heldout import pair_key, session_metrics
     from memrl.envs.collab.records import read_sessions
 
     held = report["heldout"]
