@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from memrl.envs.collab.next_session import NextSessionRow
+    from memrl.envs.pahf.records import TaskRecord
     from memrl.envs.tod.records import TodSessionRecord
 
 MEMRL_ARGV = (sys.executable, "-m", "memrl")
@@ -256,6 +257,17 @@ def tod_session(**row: Any) -> TodSessionRecord:
              "outstanding": [], "jga": 1.0, "slot_accuracy": 1.0, "correct_slots": {}, "dte": 1, "success": True,
              "failures": {}}  # fmt: skip
     return TodSessionRecord.from_dict(empty | row, "test")
+
+
+def pahf_task(**row: Any) -> TaskRecord:
+    """A PAHF task record of `row`'s values, the keys it leaves out empty (no options, question, writes or notes)."""
+    from memrl.envs.pahf.records import TaskRecord
+
+    empty = {"key": "1/u/0/0", "phase": 1, "user": "u", "index": 0, "pass": 0, "instruction": "", "options": {},
+             "gold": "A", "choice": None, "correct": False, "thought": "", "question": None, "answer": None,
+             "feedback": None, "used_feedback": False, "retrieved": [], "summary": "", "writes": [], "failures": {},
+             "notes": []}  # fmt: skip
+    return TaskRecord.from_dict(empty | row, "test")
 
 
 class ReflectionRows(Protocol):
