@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import read_jsonl, write_jsonl
+from memrl.core.files import write_jsonl
 from memrl.core.outcomes import Outcome, require_success
 from memrl.data_gen.config import PahfDataConfig
 from memrl.data_gen.writers import SFT_SCHEMA, write_parquet
 from memrl.envs.pahf import prompts
+from memrl.envs.pahf.records import TASKS_FILE, TaskRecord, read_tasks
 from memrl.envs.run_records import FailedWork
 
 SKIP_REASONS = ("not_salient", "never_retrieved")
@@ -57,53 +58,52 @@ class MemoryUpdateRecord:
         return [*self.prompt, {"role": "assistant", "content": self.completion()}]
 
 
-def _order(record: dict[str, Any]) -> tuple[int, int, int]:
-    return record["phase"], record["pass"], record["index"]
+def _order(task: TaskRecord) -> tuple[int, int, int]:
+    return task.phase, task.pass_, task.index
 
 
-def build_records(tasks: Iterable[dict[str, Any]]) -> tuple[list[MemoryUpdateRecord], Counter[str]]:
+def build_records(tasks: Iterable[TaskRecord]) -> tuple[list[MemoryUpdateRecord], Counter[str]]:
     """The memory updates of a run's task records (any order), each with the outcome of the round it informed."""
-    by_user: dict[str, list[dict[str, Any]]] = {}
+    by_user: dict[str, list[TaskRecord]] = {}
     for task in tasks:
-        if "product" not in task:
-            raise ConfigError(f"task {task.get('key')!r} has no product: memory-writer data needs a shopping run")
-        by_user.setdefault(task["user"], []).append(task)
+        if task.product is None:
+            raise ConfigError(f"task {task.key!r} has no product: memory-writer data needs a shopping run")
+        by_user.setdefault(task.user, []).append(task)
     out: list[MemoryUpdateRecord] = []
     skipped: Counter[str] = Counter({k: 0 for k in SKIP_REASONS})
     for user, rows in by_user.items():
         rows.sort(key=_order)
         for i, task in enumerate(rows):
-            for w, write in enumerate(task["writes"]):
-                if write["action"] == "skip":
+            for w, write in enumerate(task.writes):
+                if write.action == "skip":
                     skipped["not_salient"] += 1
                     continue
                 informed = next(
                     (
                         later
                         for later in rows[i + 1 :]
-                        if later["product"] == task["product"]
-                        and any(hit["id"] == write["note_id"] for hit in later["retrieved"])
+                        if later.product == task.product and write.note_id in later.retrieved_ids
                     ),
                     None,
                 )
                 if informed is None:
                     skipped["never_retrieved"] += 1
                     continue
-                question = task["question"] if write["source"] == "answer" else None
-                prompt = prompts.note_messages(user, task["instruction"], write["text"], question)
+                question = task.question if write.source == "answer" else None
+                prompt = prompts.note_messages(user, task.instruction, write.text, question)
                 out.append(
                     MemoryUpdateRecord(
-                        key=f"{task['key']}#{w}",
+                        key=f"{task.key}#{w}",
                         user=user,
-                        phase=task["phase"],
-                        product=task["product"],
-                        source=write["source"],
-                        feedback=write["text"],
+                        phase=task.phase,
+                        product=str(task.product),  # every task has one: refused above
+                        source=write.source,
+                        feedback=write.text,
                         prompt=[{"role": m["role"], "content": m["content"]} for m in prompt],
-                        note=write["note"],
-                        action=write["action"],
-                        next_key=informed["key"],
-                        reward=1.0 if informed["correct"] else 0.0,
+                        note=write.note,
+                        action=write.action,
+                        next_key=informed.key,
+                        reward=1.0 if informed.correct else 0.0,
                     )
                 )
     return out, skipped
@@ -127,9 +127,9 @@ def _stats(records: Sequence[MemoryUpdateRecord]) -> dict[str, Any]:
     }
 
 
-def _require_finished_tasks(run_dir: Path, tasks: Sequence[Any]) -> None:
+def _require_finished_tasks(run_dir: Path, tasks: Sequence[TaskRecord]) -> None:
     """A run whose tasks failed (its `failed.jsonl`) and none finished fails here in one line with the count."""
-    failed = FailedWork.outstanding(run_dir, {str(t.get("key")) for t in tasks if isinstance(t, dict)})
+    failed = FailedWork.outstanding(run_dir, {t.key for t in tasks})
     first = f"task {failed[0].get('key')}: {failed[0].get('error')}" if failed else None
     outcome = Outcome(f"tasks of {run_dir}", len(tasks) + len(failed), len(tasks), len(failed), first)
     require_success("data pahf", outcome, then="no dataset written; rerun the eval to run them again")
@@ -138,19 +138,15 @@ def _require_finished_tasks(run_dir: Path, tasks: Sequence[Any]) -> None:
 def build_pahf_dataset(cfg: PahfDataConfig, out_dir: Path) -> dict[str, Any]:
     """Read `run/tasks.jsonl` (a `memrl eval pahf --domain shopping` run), write the dataset, return its stats."""
     run_dir = cfg.run
-    path = run_dir / "tasks.jsonl"
-    # read only: the run is the user's, a torn last line stays on disk
-    tasks = read_jsonl(path, ConfigError) if path.is_file() else []
+    path = run_dir / TASKS_FILE
+    tasks = read_tasks(path) if path.is_file() else []
     _require_finished_tasks(run_dir, tasks)
     if not path.is_file():
         raise ConfigError(f"{path} does not exist (run `memrl eval pahf --domain shopping --out {run_dir}` first)")
     if not tasks:
         raise ConfigError(f"{path}: no task records")
-    try:
-        users = sorted({t["user"] for t in tasks})
-        records, skipped = build_records(tasks)
-    except (KeyError, TypeError) as exc:  # a record of another shape: what it lacks is the useful part
-        raise ConfigError(f"{path}: not a PAHF shopping run's tasks (a record lacks or mistypes {exc})") from None
+    users = sorted({t.user for t in tasks})
+    records, skipped = build_records(tasks)
     train_users, _ = split_users(users, cfg.eval_users)
     splits = {
         "train": [r for r in records if r.user in train_users],

@@ -286,7 +286,7 @@ class MemoryWriter:
 
 @dataclass
 class Outcome:
-    """One task, as the protocol records it."""
+    """How one task went (`records.TaskRecord.of` records it)."""
 
     choice: str | None
     correct: bool
@@ -303,22 +303,6 @@ class Outcome:
     @property
     def used_feedback(self) -> bool:
         return self.answer is not None or self.feedback is not None
-
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "choice": self.choice,
-            "correct": self.correct,
-            "thought": self.thought,
-            "question": self.question,
-            "answer": self.answer,
-            "feedback": self.feedback,
-            "used_feedback": self.used_feedback,
-            "retrieved": self.retrieved,
-            "summary": self.summary,
-            "writes": [w.to_record() for w in self.writes],
-            "failures": {k: self.failures.get(k, 0) for k in FAILURE_KINDS},
-            **({"unusable_decision": self.unusable} if self.unusable is not None else {}),
-        }
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memrl.core.errors import MemrlError
 from memrl.envs.pahf.agent import FAILURE_KINDS, Task
@@ -26,6 +26,9 @@ from memrl.envs.pahf.formats import (
 )
 from memrl.envs.pahf.shopping import Style, gold, rule_feedback
 from memrl.envs.pahf.users import PersonaLLM, embodied_wanted, rule_embodied_answer, rule_shopping_answer
+
+if TYPE_CHECKING:
+    from memrl.envs.pahf.records import TaskRecord  # it imports `Job` from here
 
 PHASES = (1, 2, 3, 4)
 LEARNING = (1, 3)  # phases with questions and feedback; 2 and 4 test on memory alone
@@ -282,29 +285,29 @@ def _curve(by_iteration: Sequence[Sequence[bool]]) -> list[float]:
     return [sum(v) / len(v) for v in by_iteration]
 
 
-def phase_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def phase_metrics(records: Sequence[TaskRecord]) -> dict[str, Any]:
     """Success rate, feedback frequency, and the per-iteration curves of one phase's task records."""
-    by_iteration: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    by_iteration: dict[tuple[int, int], list[TaskRecord]] = defaultdict(list)
     for r in records:
-        by_iteration[(r["pass"], r["index"])].append(r)
+        by_iteration[(r.pass_, r.index)].append(r)
     steps = [by_iteration[k] for k in sorted(by_iteration)]
     n = len(records)
     return {
         "tasks": n,
-        "users": len({r["user"] for r in records}),
-        "success_rate": sum(r["correct"] for r in records) / n if n else 0.0,
-        "feedback_frequency": sum(r["used_feedback"] for r in records) / n if n else 0.0,
-        "acpe": acpe([[not r["correct"] for r in step] for step in steps]),
-        "success_curve": _curve([[r["correct"] for r in step] for step in steps]),
-        "feedback_curve": _curve([[r["used_feedback"] for r in step] for step in steps]),
+        "users": len({r.user for r in records}),
+        "success_rate": sum(r.correct for r in records) / n if n else 0.0,
+        "feedback_frequency": sum(r.used_feedback for r in records) / n if n else 0.0,
+        "acpe": acpe([[not r.correct for r in step] for step in steps]),
+        "success_curve": _curve([[r.correct for r in step] for step in steps]),
+        "feedback_curve": _curve([[r.used_feedback for r in step] for step in steps]),
     }
 
 
-def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    phases = {p: [r for r in records if r["phase"] == p] for p in PHASES}
+def compute_metrics(records: Sequence[TaskRecord]) -> dict[str, Any]:
+    phases = {p: [r for r in records if r.phase == p] for p in PHASES}
     failures: Counter[str] = Counter({k: 0 for k in FAILURE_KINDS})
     for r in records:
-        failures.update(r["failures"])
+        failures.update(r.failures)
     return {
         "phases": {str(p): phase_metrics(rs) for p, rs in phases.items() if rs},
         "failures": dict(failures),

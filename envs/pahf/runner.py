@@ -25,12 +25,12 @@ from memrl.envs.pahf.agent import ABILITIES, MemoryWriter, PahfAgent
 from memrl.envs.pahf.config import PahfEvalConfig
 from memrl.envs.pahf.memory import MemoryStore, build_memory
 from memrl.envs.pahf.protocol import Job, LeftOut, build_task, plan_jobs
+from memrl.envs.pahf.records import TASKS_FILE, TaskRecord, read_task
 from memrl.envs.pahf.users import PersonaLLM
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig
 
-TASKS_FILE = "tasks.jsonl"
 MEMORY_DIR = "memory"
 
 
@@ -123,19 +123,8 @@ class UserRunner:
             return {"key": job.key, "phase": job.phase, "user": job.user, "status": "failed", "error": first_line(exc)}
         if store is not None:
             store.save()  # FAISS keeps its index in memory: write it after every task
-        return {
-            "key": job.key,
-            "phase": job.phase,
-            "user": job.user,
-            "index": job.index,
-            "pass": job.pass_,
-            "instruction": task.instruction,
-            "options": task.options,
-            "gold": task.gold,
-            **({"product": job.scenario["product"]} if task.domain == "shopping" else {}),
-            **outcome.to_record(),
-            "notes": [] if store is None else [n.text for n in store.list(job.user)],
-        }
+        notes = [] if store is None else [n.text for n in store.list(job.user)]
+        return TaskRecord.of(job, task, outcome, notes).to_dict()
 
 
 # --- driver -------------------------------------------------------------------------------------------------------
@@ -157,7 +146,7 @@ def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console, left_out: LeftOut
         key=lambda job: job.key,
         name=lambda job: f"task {job.key}",
         args=lambda job, notes: (replace(job, notes=notes),),
-        advance=lambda _, record: record["notes"],
+        advance=lambda _, row: list(read_task(row, out).notes),
     )  # each user on one actor, which holds the user's store open
     memory_dir = (out / MEMORY_DIR).resolve()
     world = World(UserRunner, needed_roles(cfg), lambda roles: WorkerSpec(cfg, roles, memory_dir))
@@ -165,3 +154,8 @@ def run_pahf(cfg: PahfEvalConfig, out: Path, console: Console, left_out: LeftOut
     run = drive(cfg, out, console, records=TASKS_FILE, label="tasks", chains=chains, schedule=schedule, world=world)
     done = {r["key"]: r for r in run.records}
     return replace(run, records=[done[j.key] for jobs in plan.values() for j in jobs if j.key in done])
+
+
+def finished_tasks(run: DrivenRun, out: Path) -> list[TaskRecord]:
+    """The run's finished tasks, typed: those an earlier run left in `out` are read as strictly as fresh ones."""
+    return [read_task(row, out) for row in run.records]

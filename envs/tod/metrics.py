@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import fmean
 from typing import Any
 
@@ -26,6 +26,7 @@ from memrl.envs.tod.pipeline import candidate_key
 from memrl.envs.tod.prompts import QUALITY_KEYS, quality_messages
 from memrl.envs.tod.ranking import GAIN_K, Facts, RankedQuery, fact_of, gain_interval, judger_gain, recall_names
 from memrl.envs.tod.reasoning import filled_slots
+from memrl.envs.tod.records import TodSessionRecord
 from memrl.envs.tod.values import mentions
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.json_output import JSONParseFailure, parse_json_object
@@ -88,29 +89,33 @@ def session_scores(
     }
 
 
-def _with_fact_recall(record: dict[str, Any]) -> dict[str, Any]:
+def _with_fact_recall(record: TodSessionRecord) -> TodSessionRecord:
     """A record written before `recall@k` counted distinct facts (its `recall@k` is the pair figure), scored again
     from what it kept: the ranked pairs with slot and answer, the gold keys (.../slot) and the goal. Gold pairs hold
     the goal value, and the kept top of the ranking is longer than the largest k."""
-    if "pair_recall@1" in record or not {"ranked", "gold", "goal"} <= record.keys():
+    if "pair_recall@1" in record.recalls:
         return record
-    ranked = record["ranked"]
-    gold = record["gold"]
-    facts = {str(p["key"]): fact_of(str(p["slot"]), str(p["answer"])) for p in ranked}
-    for key in gold:
-        slot = str(key).rsplit("/", 1)[-1]
-        facts[key] = fact_of(slot, str(record["goal"].get(slot, "")))
-    return record | recall_scores([str(p["key"]) for p in ranked], gold, facts)
+    facts = {p["key"]: fact_of(p["slot"], p["answer"]) for p in record.ranked}
+    for key in record.gold:
+        slot = key.rsplit("/", 1)[-1]
+        facts[key] = fact_of(slot, record.goal.get(slot, ""))
+    again = recall_scores([p["key"] for p in record.ranked], record.gold, facts)
+    return replace(record, recalls=record.recalls | again)
 
 
-def _with_alone_recall(record: dict[str, Any]) -> dict[str, Any]:
+def _with_alone_recall(record: TodSessionRecord) -> TodSessionRecord:
     """A record written before the single-score rankings were kept: without a judger its ranking was retrieval's
     (`final` is s_pre), so that column is its fused recall; with one, nothing says what retrieval alone would do."""
-    ranked = record.get("ranked")
-    if f"retrieval_recall@{GAIN_K}" in record or not ranked or any(p.get("judger") is not None for p in ranked):
+    recalls = record.recalls
+    if (
+        f"retrieval_recall@{GAIN_K}" in recalls
+        or not record.ranked
+        or any(p.get("judger") is not None for p in record.ranked)
+    ):
         return record
     names = recall_names(RECALL_KS)
-    return record | {f"retrieval_{k}": record.get(k) for k in names} | {f"judger_{k}": None for k in names}
+    alone = {f"retrieval_{k}": recalls.get(k) for k in names} | {f"judger_{k}": None for k in names}
+    return replace(record, recalls=recalls | alone)
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -122,20 +127,20 @@ def _nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def compute_metrics(records: Sequence[TodSessionRecord]) -> dict[str, Any]:
     """Means over sessions; `slot_accuracy` is over every goal slot of every session (micro average)."""
     if not records:
         return {"sessions": 0}
     records = [_with_alone_recall(_with_fact_recall(r)) for r in records]
-    slots = [ok for r in records for ok in r["correct_slots"].values()]
+    slots = [ok for r in records for ok in r.correct_slots.values()]
     failures: dict[str, int] = defaultdict(int)
     for r in records:
-        for role, n in r["failures"].items():
+        for role, n in r.failures.items():
             failures[role] += n
-    with_gold = [r for r in records if r["gold"]]
+    with_gold = [r for r in records if r.gold]
     # Records of a run resumed from before the retrieval/judger rankings were kept have only the fused figures: the
     # single-score columns cover the records that have them, and the gain compares like with like.
-    ranked_alone = [r for r in with_gold if f"retrieval_recall@{GAIN_K}" in r]
+    ranked_alone = [r.recalls for r in with_gold if f"retrieval_recall@{GAIN_K}" in r.recalls]
     alone = {
         f"{name}_{key}": _mean(r.get(f"{name}_{key}") for r in ranked_alone)
         for name in ALONE
@@ -147,11 +152,11 @@ def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
     judged = any(r.get(f"judger_recall@{GAIN_K}") is not None for r in ranked_alone)
     out: dict[str, Any] = {
-        "jga": _mean(r["jga"] for r in records),
+        "jga": _mean(r.jga for r in records),
         "slot_accuracy": round(sum(slots) / len(slots), 4) if slots else None,
-        "dte": _mean(r["dte"] for r in records),
-        "success_rate": _mean(float(r["success"]) for r in records),
-        **{name: _mean(r.get(name) for r in with_gold) for name in _RECALL_KEYS},
+        "dte": _mean(r.dte for r in records),
+        "success_rate": _mean(float(r.success) for r in records),
+        **{name: _mean(r.recalls.get(name) for r in with_gold) for name in _RECALL_KEYS},
         **alone,
         f"judger_gain@{GAIN_K}": judger_gain(paired) if judged else None,
         f"judger_gain@{GAIN_K}_interval": (
@@ -165,11 +170,11 @@ def compute_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "sessions": len(records),
         "sessions_with_gold": len(with_gold),
         "sessions_without_rankings": len(with_gold) - len(ranked_alone),
-        "individuals": len({r["persona_id"] for r in records}),
+        "individuals": len({r.persona_id for r in records}),
         "failures": dict(sorted(failures.items())),
     }
-    scored = [r["quality"] for r in records if r.get("quality") is not None]
-    if any("quality" in r for r in records):
+    scored = [r.quality for r in records if r.quality is not None]
+    if any(r.rated for r in records):
         out["quality"] = _mean(scored)
         out["quality_scored"] = len(scored)
     return out

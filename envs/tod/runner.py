@@ -31,13 +31,13 @@ from memrl.envs.tod.proactive import SUPERVISORS, USERS, run_proactive
 from memrl.envs.tod.ranking import fact_of
 from memrl.envs.tod.reader import ReaderRequest, Reply, build_reader, phrases
 from memrl.envs.tod.reasoning import filled_slots
+from memrl.envs.tod.records import SCORES, SESSIONS_FILE, TodSessionRecord, read_session
 from memrl.envs.tod.retrieval import build_retriever, resolve_alpha
 from memrl.envs.tod.schema import Schemas, load_schemas
 from memrl.rollout.base import ChatBackend, SamplingParams
 from memrl.rollout.builder import build_backend
 from memrl.rollout.config import ModelConfig, SamplingConfig
 
-SESSIONS_FILE = "sessions.jsonl"
 RANKED_KEPT = 10  # ranked QA pairs saved per session record (recall is computed on the full ranking)
 
 
@@ -216,40 +216,43 @@ class SessionRunner:
             list(facts),
             plan.selection.rankings,
         )
-        record: dict[str, Any] = {
-            "key": job.key,
-            "persona_id": job.persona_id,
-            "session_id": session.session_id,
-            "reference_dialogue_id": session.reference_dialogue_id,
-            "service": session.service,
-            "intent": session.intent,
-            "goal": goal,
-            "context_turns": len(context),
-            "memory_units": len(memory),
-            "intent_query": plan.intent_query,
-            "missing_slots": plan.missing,
-            "reasoning": plan.reasoning,
-            "ranked": [s.to_record() for s in plan.selection.ranked[: max(RANKED_KEPT, self.cfg.top_k)]],
-            "a_core": plan.selection.a_core,
-            "gold": sorted(gold),
-            "confirmation": outcome.confirmation.text,
-            "turns": [t.model_dump(exclude_defaults=True) for t in outcome.turns],
-            "outstanding": outcome.outstanding,
-            **scores,
-            "failures": plan.failures | outcome.failures,
-        }
-        if self.quality is not None:
-            record["quality"] = await self.quality.rate(context, goal, outcome.confirmation.text)
-            record["failures"]["quality"] = int(record["quality"] is None)
-        return record
+        rated = self.quality is not None
+        quality = await self.quality.rate(context, goal, outcome.confirmation.text) if self.quality else None
+        failures = plan.failures | outcome.failures | ({"quality": int(quality is None)} if rated else {})
+        scored = {name: scores.pop(name) for name in SCORES}
+        return TodSessionRecord(
+            key=job.key,
+            persona_id=job.persona_id,
+            session_id=session.session_id,
+            reference_dialogue_id=session.reference_dialogue_id,
+            service=session.service,
+            intent=session.intent,
+            goal=goal,
+            context_turns=len(context),
+            memory_units=len(memory),
+            intent_query=plan.intent_query,
+            missing_slots=tuple(plan.missing),
+            reasoning=plan.reasoning,
+            ranked=tuple(s.to_record() for s in plan.selection.ranked[: max(RANKED_KEPT, self.cfg.top_k)]),
+            a_core=tuple(plan.selection.a_core),
+            gold=tuple(sorted(gold)),
+            confirmation=outcome.confirmation.text,
+            turns=tuple(t.model_dump(exclude_defaults=True) for t in outcome.turns),
+            outstanding=tuple(tuple(left) for left in outcome.outstanding),
+            **scored,
+            recalls=scores,
+            failures=failures,
+            rated=rated,
+            quality=quality,
+        ).to_dict()
 
 
 # --- driver -------------------------------------------------------------------------------------------------------
 
 
 def run_tod(cfg: TodEvalConfig, out: Path, console: Console, problems: LoadProblems | None = None) -> DrivenRun:
-    """Run (or resume) the evaluation into `out`; its records are those of the chosen sessions. What loading the
-    data dropped or skipped goes to `problems`."""
+    """Run (or resume) the evaluation into `out`; its records are those of the chosen sessions (`finished_sessions`
+    types them). What loading the data dropped or skipped goes to `problems`."""
     plan = plan_jobs(cfg, problems)
     jobs, schemas = plan.jobs, plan.schemas
     if not jobs:
@@ -275,3 +278,8 @@ def run_tod(cfg: TodEvalConfig, out: Path, console: Console, problems: LoadProbl
             markup=False,
         )
     return replace(run, records=[r for r in run.records if r["key"] in wanted])
+
+
+def finished_sessions(run: DrivenRun, out: Path) -> list[TodSessionRecord]:
+    """The run's finished sessions, typed: those an earlier run left in `out` are read as strictly as fresh ones."""
+    return [read_session(row, out) for row in run.records]

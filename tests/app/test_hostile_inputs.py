@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import typer
-from support import FIXTURES, memrl_in_process
+from support import FIXTURES, memrl_in_process, pahf_task
 from support.hostile import (
     DIR_KINDS,
     FILE_KINDS,
@@ -182,9 +182,9 @@ def valid(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     collab = root / "collab-run"
     _write_json(collab / "metrics.json", {"per_session": [{"session": 0, "task_success": 1.0, "user_effort": 2.0,
                                                            "length": 3.0}]})  # fmt: skip
-    task = {"phase": 1, "pass": 0, "index": 0, "product": "p", "writes": [], "retrieved": [], "correct": True}
+    tasks = [pahf_task(key=key, user=f"u{n}", product="p", correct=True).to_dict() for n, key in enumerate("ab")]
     pahf_run = root / "pahf-run"
-    _write_json(pahf_run / "tasks.jsonl", [task | {"key": "a", "user": "u1"}, task | {"key": "b", "user": "u2"}], True)
+    _write_json(pahf_run / "tasks.jsonl", tasks, True)
     session = {"user_id": "u", "session": 0, "problem_id": "p", "task": "math", "preferences": [], "turns": []}
     sessions = _write_json(root / "sessions.jsonl", session)
     row = {"key": "k", "prompt": [{"role": "user", "content": "hi"}], "ground_truth": {"enforcements": []}}

@@ -7,34 +7,34 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import MemrlCLI
+from support import MemrlCLI, pahf_task
 
 from memrl.core.errors import ConfigError
 from memrl.data_gen.config import PahfDataConfig
 from memrl.data_gen.pahf import build_pahf_dataset, build_records
 from memrl.envs.pahf import prompts
+from memrl.envs.pahf.records import TaskRecord
 
 
-def _task(user: str, phase: int, index: int, product: str, correct: bool, **kw: Any) -> dict[str, Any]:
-    return {
-        "key": f"{phase}/{user}/{index}/0", "phase": phase, "user": user, "index": index, "pass": 0,
-        "product": product, "instruction": f"Pick a {product} for me", "correct": correct,
-        "question": kw.get("question"), "retrieved": kw.get("retrieved", []), "writes": kw.get("writes", []),
-    }  # fmt: skip
+def _task(user: str, phase: int, index: int, product: str, correct: bool, **kw: Any) -> TaskRecord:
+    return pahf_task(
+        key=f"{phase}/{user}/{index}/0", phase=phase, user=user, index=index, product=product,
+        instruction=f"Pick a {product} for me", correct=correct, **kw,
+    )  # fmt: skip
 
 
 def _write(note_id: int, text: str, note: str, source: str = "feedback", action: str = "add") -> dict[str, Any]:
     return {"source": source, "text": text, "salient": True, "note": note, "action": action, "note_id": note_id}
 
 
-def _run() -> list[dict[str, Any]]:
+def _run() -> list[TaskRecord]:
     lamp = "Mira dislikes halogen bulbs in desk lamps"
     return [
         # Mira: a correction on a lamp; a kettle task retrieves the note (other product: not the round it informs),
         # the next lamp task retrieves it and is right -> reward 1.
         _task("Mira", 1, 0, "desk lamp", False, writes=[_write(1, "I don't like the halogen bulb.", lamp)]),
         _task("Mira", 1, 1, "kettle", False, retrieved=[{"id": 1, "text": lamp, "score": 0.3}],
-              writes=[{"source": "feedback", "text": "ok", "salient": False, "action": "skip"}]),
+              writes=[{"source": "feedback", "text": "ok", "salient": False, "note": "", "action": "skip"}]),
         _task("Mira", 2, 0, "desk lamp", True, retrieved=[{"id": 1, "text": lamp, "score": 0.9}]),
         # Tomas: an answer before acting, merged into note 7; the next lamp round is wrong -> reward 0. A second
         # note is never retrieved again -> skipped.
@@ -62,7 +62,7 @@ def test_rewards_come_from_the_round_each_note_informed() -> None:
 def test_dataset_files_and_cli(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
     run = tmp_path / "run"
     run.mkdir()
-    (run / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in _run()))
+    (run / "tasks.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in _run()))
     out = tmp_path / "data"
     result = memrl_cli("data", "pahf", "--run", run, "--out", out, "--eval-users", "1", timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

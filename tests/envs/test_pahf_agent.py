@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import FIXTURES
+from support import FIXTURES, pahf_task
 
 from memrl.envs.pahf.agent import ABILITIES, AgentKind, MemoryWriter, PahfAgent, Task, parse_decision, parse_salient
 from memrl.envs.pahf.config import PahfSampling
 from memrl.envs.pahf.formats import load_shopping_dir
 from memrl.envs.pahf.memory import SQLiteMemory
 from memrl.envs.pahf.protocol import ShoppingUser, acpe, phase_metrics, shopping_options
+from memrl.envs.pahf.records import TaskRecord
 from memrl.envs.pahf.shopping import gold
 from memrl.envs.pahf.users import named_features, rule_shopping_answer
 from memrl.rollout.hf_local import HFBackend
@@ -45,8 +46,8 @@ def tiny(tiny_qwen2: str) -> HFBackend:
 # --- metrics ------------------------------------------------------------------------------------------------------
 
 
-def _rec(user: str, index: int, correct: bool, used: bool, pass_: int = 0) -> dict[str, object]:
-    return {"user": user, "index": index, "pass": pass_, "correct": correct, "used_feedback": used}
+def _rec(user: str, index: int, correct: bool, used: bool, pass_: int = 0) -> TaskRecord:
+    return pahf_task(user=user, index=index, correct=correct, used_feedback=used, **{"pass": pass_})
 
 
 def test_acpe_is_the_running_mean_of_per_iteration_error_rates() -> None:
@@ -201,11 +202,9 @@ def test_tiny_model_garbage_is_counted_not_fatal(tiny: HFBackend) -> None:
         # note is unusable too).
         assert failures["salience"] == 1 and write.action in ("add", "merge")
         assert any("halogen" in n.text for n in store.list(scenario.user))
-    record = outcome.to_record()
-    assert record["choice"] is None and record["correct"] is False
-    assert record["failures"]["decision"] == 1
-    assert record["retrieved"] and record["retrieved"][0]["text"].endswith("LED panel desk lamps")
-    assert set(record["failures"]) == {"decision", "summary", "salience", "note", "merge"}
+    assert outcome.choice is None and outcome.correct is False
+    assert outcome.failures["decision"] == 1
+    assert outcome.retrieved and outcome.retrieved[0]["text"].endswith("LED panel desk lamps")
     assert task.options["D"] == "buy nothing"
 
 

@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 
 import pytest
+from support import tod_session
 
 from memrl.envs.tod.formats import ConfirmationState, Session, Turn
 from memrl.envs.tod.memory import MemoryUnit, QAPair
@@ -150,10 +151,11 @@ def test_session_scores_and_their_aggregate() -> None:
     assert second["jga"] == 1.0
     assert second["recall@1"] is None  # no gold memory: left out of the recall means
     third = session_scores("Sorry?", {"city": "Berkeley"}, 10, False, [], ["k"])
-    records = [
+    rows = [
         {**s, "persona_id": p, "gold": g, "failures": {"reader": f}}
         for s, p, g, f in ((first, 1, ["b", "x"], 0), (second, 1, [], 1), (third, 2, ["k"], 2))
     ]
+    records = [tod_session(**r) for r in rows]
     metrics = compute_metrics(records)
     assert metrics["jga"] == pytest.approx(1 / 3, abs=1e-4)
     assert metrics["slot_accuracy"] == pytest.approx(9 / 11, abs=1e-4)  # over all 11 goal slots
@@ -163,7 +165,8 @@ def test_session_scores_and_their_aggregate() -> None:
     assert (metrics["sessions"], metrics["sessions_with_gold"], metrics["individuals"]) == (3, 2, 2)
     assert metrics["failures"] == {"reader": 3}
     assert "quality" not in metrics
-    assert compute_metrics([{**r, "quality": q} for r, q in zip(records, (8, None, 4), strict=True)])["quality"] == 6
+    rated = [tod_session(**r, quality=q) for r, q in zip(rows, (8, None, 4), strict=True)]
+    assert compute_metrics(rated)["quality"] == 6
 
 
 def test_gold_memory_is_the_confirmed_value_of_a_slot_the_context_misses(schemas: Schemas) -> None:
@@ -222,7 +225,7 @@ def test_selector_fuses_on_one_scale_and_keeps_the_single_score_orders() -> None
 
     # A run resumed from before the single-score orders were kept: the columns and the gain cover the newer record.
     old_record = session_scores("?", GOAL, 1, True, old.keys, gold)
-    records = [{**r, "persona_id": 7, "gold": gold, "failures": {}} for r in (scores, old_record)]
+    records = [tod_session(**r, persona_id=7, gold=gold) for r in (scores, old_record)]
     metrics = compute_metrics(records)
     assert metrics["sessions_without_rankings"] == 1 and metrics["judger_recall@3"] == 1.0
     assert metrics["judger_gain@5"] == pytest.approx(scores["recall@5"] - scores["retrieval_recall@5"], abs=1e-4)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from memrl.envs.collab.next_session import NextSessionRow
+    from memrl.envs.pahf.records import TaskRecord
+    from memrl.envs.tod.records import TodSessionRecord
 
 MEMRL_ARGV = (sys.executable, "-m", "memrl")
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -243,6 +245,29 @@ def bad_row(line: str, change: Mapping[str, Any]) -> str:
         else:
             row[key] = value
     return json.dumps(row)
+
+
+def tod_session(**row: Any) -> TodSessionRecord:
+    """A TOD session record of `row`'s values, the keys it leaves out empty (a goal, a ranking, turns of none)."""
+    from memrl.envs.tod.records import TodSessionRecord
+
+    empty = {"key": "1/1", "persona_id": 1, "session_id": 1, "reference_dialogue_id": "", "service": "", "intent": "",
+             "goal": {}, "context_turns": 0, "memory_units": 0, "intent_query": "", "missing_slots": [],
+             "reasoning": "", "ranked": [], "a_core": [], "gold": [], "confirmation": "", "turns": [],
+             "outstanding": [], "jga": 1.0, "slot_accuracy": 1.0, "correct_slots": {}, "dte": 1, "success": True,
+             "failures": {}}  # fmt: skip
+    return TodSessionRecord.from_dict(empty | row, "test")
+
+
+def pahf_task(**row: Any) -> TaskRecord:
+    """A PAHF task record of `row`'s values, the keys it leaves out empty (no options, question, writes or notes)."""
+    from memrl.envs.pahf.records import TaskRecord
+
+    empty = {"key": "1/u/0/0", "phase": 1, "user": "u", "index": 0, "pass": 0, "instruction": "", "options": {},
+             "gold": "A", "choice": None, "correct": False, "thought": "", "question": None, "answer": None,
+             "feedback": None, "used_feedback": False, "retrieved": [], "summary": "", "writes": [], "failures": {},
+             "notes": []}  # fmt: skip
+    return TaskRecord.from_dict(empty | row, "test")
 
 
 class ReflectionRows(Protocol):

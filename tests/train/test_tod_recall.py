@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from support import tod_session
 
 from memrl.envs.tod.labels import same_value
 from memrl.envs.tod.metrics import compute_metrics, session_scores
@@ -116,8 +117,8 @@ def test_tod_session_scores_and_metrics_carry_both_recalls() -> None:
     assert plain["recall@1"] == plain["pair_recall@1"] == 0.0 and plain["recall@3"] == plain["pair_recall@3"] == 0.5
     assert plain["ceiling_recall@1"] == 0.5
 
-    record = {**scores, "persona_id": 7, "gold": sorted(GOLD), "failures": {}}
-    metrics = compute_metrics([record, {**none, "persona_id": 7, "gold": [], "failures": {}}])
+    record = tod_session(**scores, persona_id=7, gold=sorted(GOLD))
+    metrics = compute_metrics([record, tod_session(**none, persona_id=7)])
     assert metrics["recall@5"] == pytest.approx(2 / 3, abs=1e-4) and metrics["pair_recall@5"] == pytest.approx(
         5 / 6, abs=1e-4
     )
@@ -133,7 +134,7 @@ def test_a_record_from_before_fact_recall_is_scored_again() -> None:
         "goal": goal, "gold": sorted(GOLD), "recall@1": 1 / 6, "recall@3": 0.5, "recall@5": 4 / 6,
         "ranked": (pairs := [{"key": k, "slot": STORED[k][0], "answer": STORED[k][1], "judger": None} for k in ranked]),
     }  # fmt: skip
-    metrics = compute_metrics([old])
+    metrics = compute_metrics([tod_session(**old)])
     assert metrics["pair_recall@3"] == 0.5 and metrics["pair_recall@5"] == pytest.approx(4 / 6, abs=1e-4)
     assert metrics["recall@3"] == pytest.approx(2 / 3, abs=1e-4) and metrics["recall@5"] == 1.0
     assert metrics["ceiling_recall@1"] == pytest.approx(1 / 3, abs=1e-4)
@@ -141,7 +142,7 @@ def test_a_record_from_before_fact_recall_is_scored_again() -> None:
     assert metrics["retrieval_pair_recall@3"] == 0.5 and metrics["retrieval_recall@5"] == 1.0
     assert metrics["judger_recall@5"] is None and metrics["sessions_without_rankings"] == 0
     fused = [{**p, "judger": 0.5} for p in pairs]  # fused with a judger: retrieval's order is unknown
-    again = compute_metrics([{**old, "ranked": fused}])
+    again = compute_metrics([tod_session(**old | {"ranked": fused})])
     assert again["retrieval_recall@5"] is None and again["sessions_without_rankings"] == 1
 
 

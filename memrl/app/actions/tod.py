@@ -127,7 +127,7 @@ def evaluate_tod(cfg: TodEvalConfig, out: Path, console: Console) -> dict[str, A
     from memrl.envs.tod.metrics import RECALL_KS, compute_metrics
     from memrl.envs.tod.ranking import side_by_side
     from memrl.envs.tod.retrieval import resolve_alpha
-    from memrl.envs.tod.runner import SESSIONS_FILE, run_tod
+    from memrl.envs.tod.runner import SESSIONS_FILE, finished_sessions, run_tod
     from memrl.train.curves import RECALL_AT_K, recall_chart
     from memrl.train.judger.evaluate import print_summary
 
@@ -137,7 +137,8 @@ def evaluate_tod(cfg: TodEvalConfig, out: Path, console: Console) -> dict[str, A
     claim(out, cfg, may_change=RESUMABLE_CHANGES | _fusion_unsaved(out, cfg))
     problems = LoadProblems()
     run = run_tod(cfg, out, console, problems)
-    metrics = compute_metrics(run.records) | {"setup": _setup(cfg, alpha_source), "problems": problems.summary()}
+    sessions = finished_sessions(run, out)
+    metrics = compute_metrics(sessions) | {"setup": _setup(cfg, alpha_source), "problems": problems.summary()}
     metrics["side_by_side"] = side_by_side(metrics, RECALL_KS)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print_summary(metrics, RECALL_KS, console)
