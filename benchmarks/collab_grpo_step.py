@@ -343,11 +343,11 @@ def bare_generate(model_path: str, rounds: list[list[tuple[Any, str]]], dtype: s
 def heldout(loaded: Any, out_dir: Path, dtype: str) -> dict[str, Any]:
     from rich.console import Console
 
-    from memrl.train.heldout import heldout_config
     from memrl.core.preferences import as_prompt_text, get_preference
     from memrl.envs.collab.runner import run_collab
     from memrl.rollout.config import HFModelConfig
     from memrl.train.evaluate import servable_model
+    from memrl.train.heldout import heldout_config
 
     stage, training = stages(loaded)
     cfg = heldout_config(stage, training)

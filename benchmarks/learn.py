@@ -55,8 +55,8 @@ def reflector_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], 
 
 def collaborator_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], Units]:
     """Trained - base preference share per held-out session (`report.json` `heldout`)."""
-    from memrl.train.heldout import pair_key, session_metrics
     from memrl.envs.collab.records import read_sessions
+    from memrl.train.heldout import pair_key, session_metrics
 
     held = report["heldout"]
     played = [read_sessions(run / "heldout" / side / "sessions.jsonl") for side in ("base", "trained")]
