@@ -18,6 +18,9 @@ each run trains for up to 15 minutes.
 
     OMP_NUM_THREADS=2 python benchmarks/learn.py [--seeds 0 1 2] [--only reflector collaborator]
         [--judger-data DIR] [--runs runs/learn] [--out benchmarks/results]
+
+Resume runs with the MEMRL_CACHE they were trained with (`make learn` sets ./.cache/memrl): a model converted into
+another cache is another folder of weights, so a resumed held-out stage rightly plays its sessions again.
 """
 
 from __future__ import annotations
