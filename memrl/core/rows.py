@@ -82,9 +82,7 @@ class RowReader:
         return bool(self._get(key, default, isinstance(self.row.get(key), bool), "true or false"))
 
     def texts(self, key: str, default: Iterable[str] = _ABSENT) -> tuple[str, ...]:
-        value = self.row.get(key)
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-        return tuple(self._get(key, default, ok, "a list of texts"))
+        return tuple(self._get(key, default, _all(self.row.get(key), list, _is_text), "a list of texts"))
 
     def text_lists(self, key: str) -> tuple[tuple[str, ...], ...]:
         ok = _all(self.row.get(key), list, lambda v: _all(v, list, _is_text))
@@ -111,20 +109,18 @@ class RowReader:
 
     def objects(self, key: str, texts: tuple[str, ...] = ()) -> tuple[dict[str, Any], ...]:
         """A list of objects, each holding text under every key of `texts`; copied."""
-        ok = _all(self.row.get(key), list, lambda v: isinstance(v, dict) and all(_is_text(v.get(k)) for k in texts))
         kind = "a list of objects" + (f", each with {' and '.join(texts)} as text" if texts else "")
-        return tuple(dict(v) for v in self._get(key, _ABSENT, ok, kind))
+        return self._objects(key, texts, _ABSENT, kind)
 
     def turns(
         self, key: str, texts: tuple[str, str], default: Iterable[dict[str, Any]] = _ABSENT
     ) -> tuple[dict[str, Any], ...]:
         """A list of turns, each an object whose two `texts` keys (who, what) hold text; copied."""
-        value = self.row.get(key)
-        ok = isinstance(value, list) and all(
-            isinstance(t, dict) and all(isinstance(t.get(k), str) for k in texts) for t in value
-        )
-        kind = f"a list of turns, each with {texts[0]} and {texts[1]} as text"
-        return tuple(dict(t) for t in self._get(key, default, ok, kind))
+        return self._objects(key, texts, default, f"a list of turns, each with {texts[0]} and {texts[1]} as text")
+
+    def _objects(self, key: str, texts: tuple[str, ...], default: Any, kind: str) -> tuple[dict[str, Any], ...]:
+        ok = _all(self.row.get(key), list, lambda v: isinstance(v, dict) and all(_is_text(v.get(k)) for k in texts))
+        return tuple(dict(v) for v in self._get(key, default, ok, kind))
 
     def one_of(self, key: str, allowed: tuple[Any, ...]) -> Any:
         value = self._get(key, _ABSENT, True, "")
