@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -28,15 +29,18 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 def close_loop(loop: asyncio.AbstractEventLoop, timeout: float = 5.0) -> None:
     """Close an event loop this code runs by hand (`run_until_complete`): its tasks still pending (a run stopped by
-    a signal or an error mid-way) are cancelled and given `timeout` seconds to end first, as `asyncio.run` does, so
-    none is destroyed pending (asyncio's "Task was destroyed but it is pending!") and none holds a connection."""
+    a signal or an error mid-way) are cancelled and given `timeout` seconds in all to end first, as `asyncio.run`
+    does, so none is destroyed pending (asyncio's "Task was destroyed but it is pending!") and none holds a
+    connection. Tasks started while the first ones end (a timer's batch, a cleanup's call) are cancelled in turn."""
     if loop.is_closed():
         return
-    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    for task in pending:
-        task.cancel()
-    if pending:
-        loop.run_until_complete(asyncio.wait(pending, timeout=timeout))
+    deadline = time.monotonic() + timeout
+    while (pending := [task for task in asyncio.all_tasks(loop) if not task.done()]) and (
+        left := deadline - time.monotonic()
+    ) > 0:
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.wait(pending, timeout=left))
     loop.run_until_complete(loop.shutdown_asyncgens())
     loop.close()
 
@@ -86,11 +90,19 @@ class MicroBatcher(Generic[Request, Result]):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        batch, self.pending = self.pending, []
+        # A caller cancelled while it waited (a stopping run) left its future done: nothing to compute for it.
+        batch, self.pending = [(r, f) for r, f in self.pending if not f.done()], []
         if batch:
             task = asyncio.ensure_future(self._run(batch))
             self.running.add(task)
-            task.add_done_callback(self.running.discard)
+            task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self.running.discard(task)
+        if not task.cancelled():
+            # Only a signal's KeyboardInterrupt ends a batch with an error (`_run` hands the others to its callers),
+            # and it left the loop's run already: seen, so asyncio does not print it again as never retrieved.
+            task.exception()
 
     async def _run(self, batch: list[tuple[Request, asyncio.Future[Result]]]) -> None:
         try:
@@ -100,6 +112,10 @@ class MicroBatcher(Generic[Request, Result]):
                 if not future.done():
                     future.set_exception(exc)
             return
+        except BaseException:  # a signal raised here: it leaves the loop's run once; the callers stop waiting
+            for _, future in batch:
+                future.cancel()
+            raise
         for (_, future), result in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(result)

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from memrl.core.asyncs import in_own_thread
+from memrl.core.asyncs import MicroBatcher, close_loop, in_own_thread
 
 REQUEST = contextvars.ContextVar("REQUEST", default="none")
 
@@ -37,7 +39,7 @@ def test_returns_the_result_raises_the_error_and_carries_the_context() -> None:
 _PROBE = """
 import asyncio, os, sys, time
 import torch
-from memrl.core.asyncs import in_own_thread
+from memrl.core.asyncs import MicroBatcher, close_loop, in_own_thread
 
 def parallel_op():
     (torch.randn(4_000_000) * 2).sum()  # far above torch's grain size: runs on the thread's OpenMP pool
@@ -91,3 +93,80 @@ def test_no_module_runs_blocking_work_on_asyncios_default_executor() -> None:
         if "asyncio.to_thread(" in (text := p.read_text(encoding="utf-8")) or "run_in_executor(None" in text
     ]
     assert offenders == []  # use memrl.core.asyncs.in_own_thread: a long-lived worker keeps a second OpenMP pool
+
+
+# ---- MicroBatcher and close_loop: a run stopped mid-batch leaves nothing for asyncio to complain about -------------
+
+
+def _watched_loop() -> tuple[asyncio.AbstractEventLoop, list[str]]:
+    """A loop whose exception handler keeps what asyncio would print ("Task was destroyed but it is pending!")."""
+    loop = asyncio.new_event_loop()
+    said: list[str] = []
+    loop.set_exception_handler(lambda _loop, context: said.append(str(context["message"])))
+    return loop, said
+
+
+def test_a_batch_due_while_the_loop_closes_ends_with_it() -> None:
+    """A signal cancels the callers while their batch still waits for its timer: the timer must start no work that
+    outlives the loop, where asyncio would report it "destroyed but pending" (`memrl run quickstart` on SIGINT)."""
+    started: list[int] = []
+
+    async def score(batch: list[int]) -> list[int]:
+        started.append(len(batch))
+        await in_own_thread(threading.Event().wait, 0.5)
+        return batch
+
+    held = [MicroBatcher(score, wait_s=0.05)]  # dropped before collecting: it keeps its running batches
+
+    async def episode() -> int:
+        try:
+            return await held[0].submit(1)
+        finally:
+            await asyncio.sleep(0.2)  # its cleanup outlasts the batch's timer
+
+    loop, said = _watched_loop()
+    caller = loop.create_task(episode())
+    loop.run_until_complete(asyncio.sleep(0))  # the request waits for the timer
+    close_loop(loop)
+    del caller
+    held.clear()
+    time.sleep(0.6)  # a batch still running in its thread holds the task until the thread ends
+    gc.collect()
+    assert said == []
+    assert started == []  # every caller of that batch was gone: nothing to score
+
+
+def test_a_signal_inside_a_batch_reaches_the_caller_once() -> None:
+    """KeyboardInterrupt raised inside a batch's task (a signal landing there) leaves run_until_complete once; its
+    callers end, and asyncio prints no "Task exception was never retrieved" for the task later."""
+
+    async def score(batch: list[int]) -> list[int]:
+        raise KeyboardInterrupt
+
+    loop, said = _watched_loop()
+    batcher = MicroBatcher(score, wait_s=0.0)
+    waiting = [loop.create_task(batcher.submit(i)) for i in range(3)]
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_until_complete(asyncio.wait(waiting))
+    close_loop(loop)
+    assert all(task.cancelled() for task in waiting)
+    del waiting, batcher
+    gc.collect()
+    assert said == []
+
+
+def test_close_loop_also_ends_the_tasks_a_cancelled_one_starts() -> None:
+    loop, said = _watched_loop()
+
+    async def work() -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:  # a cleanup that starts more work, as a stopped episode closing its environment does
+            loop.create_task(asyncio.sleep(60))
+
+    loop.create_task(work())
+    loop.run_until_complete(asyncio.sleep(0))
+    close_loop(loop)
+    gc.collect()
+    assert said == []
+    assert loop.is_closed()
