@@ -23,6 +23,21 @@ if TYPE_CHECKING:
     from memrl.envs.collab.next_session import NextSessionRow
 
 
+# Session fixtures that cost a minute or more (a pipeline run, a server, a Ray head, an environment built with pip):
+# under `pytest -n` (make test) each worker builds its own, so the tests sharing one stay on one worker.
+SHARED_ON_ONE_WORKER = ("smoke_run", "llamafactory_venv", "ray_head", "smollm2_server", "mstod_judger")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group each test by the first costly session fixture it uses (`--dist loadgroup` keeps a group on one worker);
+    the rest spread freely."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        shared = next((name for name in SHARED_ON_ONE_WORKER if name in used), None)
+        if shared is not None:
+            item.add_marker(pytest.mark.xdist_group(shared))
+
+
 @pytest.fixture(scope="session")
 def memrl_cli() -> MemrlCLI:
     """The one way tests run the CLI: `memrl_cli("recipes", "list", cwd=..., env=..., timeout=..., check=...)`."""

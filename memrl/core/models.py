@@ -143,12 +143,15 @@ def pull(name: str) -> Path:
 
 @contextlib.contextmanager
 def _pulling(target: Path) -> Iterator[None]:
-    """One process prepares a model at a time: two runs (or test workers) sharing a cache would otherwise each
-    build it and the later rename would pull the folder from under the first one's readers. The kernel drops the
-    `flock` when its holder ends, however it ends."""
-    with (target.parent / f".{target.name}.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """One process prepares models in a cache at a time: two runs (or test workers) sharing it would otherwise each
+    build one and the later rename would pull the folder from under the first one's readers. The `flock` sits on the
+    models folder itself (no lock file to leave behind), and the kernel drops it when its holder ends, however."""
+    fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)
 
 
 def _prepare(model: EmbeddedModel, target: Path) -> None:
