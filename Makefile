@@ -29,12 +29,18 @@ quickstart: setup
 
 test: setup lint typecheck pytest
 
+# Two workers (pytest-xdist), one thread each: most tests wait on a subprocess, a server or Ray as often as they
+# compute, so two share two cores better than one does. Tests sharing a costly session fixture stay on one worker
+# (tests/conftest.py). TEST_WORKERS=0 runs them in this process, one after another.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 pytest: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The fast tier: everything but the tests marked slow (training, serving, Ray); see pyproject's markers.
 test-fast: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # ruff, then the import-linter contracts of pyproject.toml (imports point down the layers; see docs/architecture.md).
 lint: setup

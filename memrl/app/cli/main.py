@@ -265,9 +265,9 @@ def serve(
     server = LocalServer(model, port=port, engine=engine, host=check_host(host))  # type: ignore[arg-type]
     with console.status(f"starting {server.engine} serve for {model}"):
         server.start()
-    typer.echo(f"serving {server.name!r} with {server.engine} at {server.url}")
-    typer.echo(f"try: memrl chat --endpoint {server.url} --model {server.name} 'hello'")
-    try:
+    try:  # from the first line on it serves, and Ctrl-C is how it ends
+        typer.echo(f"serving {server.name!r} with {server.engine} at {server.url}")
+        typer.echo(f"try: memrl chat --endpoint {server.url} --model {server.name} 'hello'")
         assert server.process is not None
         server.process.wait()
         raise MemrlError(f"{server.engine} server exited with code {server.process.returncode}")
