@@ -3,9 +3,10 @@
 A user's session becomes a reflection sample (`data`), trains the policy (`sft`, `grpo`), is exported and scored on
 held-out users (`export`, `eval`). For each stage this runs `memrl run quickstart --smoke --stage S` (a rerun into the
 same folder resumes, so the stages run in order) with a profiler in every Python process it starts, and records each
-memrl module whose functions were called. A module that was only imported (its body and its classes' bodies ran)
-does not count: it did no work on the datum. What every stage's process runs (the CLI, recipe loading and
-validation, the stage runner) is listed once, apart, so each stage's row shows what that stage added.
+memrl module whose functions were called. A module that was only imported (its body, its classes' bodies and the
+functions they call while it is imported ran) does not count: it did no work on the datum. What every stage's process
+runs (the CLI, recipe loading and validation, the stage runner) is listed once, apart, so each stage's row shows what
+that stage added.
 docs/architecture.md ("One datum through `memrl run quickstart`") prints this tool's table.
 
     python tools/datum_walk.py [--out walk.json] [--keep DIR]
@@ -32,13 +33,22 @@ import os, sys, threading, atexit, json
 _out = os.environ.get("{ENV_OUT}")
 if _out:
     _seen = set()
+    def _importing(frame):
+        # Called, however deep, from a module body other than the program's own: an import building its tables.
+        frame = frame.f_back
+        while frame is not None:
+            if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") != "__main__":
+                return True
+            frame = frame.f_back
+        return False
     def _profile(frame, event, arg):
         # A function's own code only (CO_OPTIMIZED): module and class bodies run on import, which is not work; nor is
-        # the factory @dataclass runs in the module's globals to build a class's methods.
+        # the factory @dataclass runs in the module's globals to build a class's methods, nor any function a module
+        # body calls while it is imported.
         code = frame.f_code
         if event == "call" and code.co_flags & 1 and code.co_name[0] != "<" and code.co_name != "__create_fn__":
             name = frame.f_globals.get("__name__")
-            if isinstance(name, str) and name.startswith("memrl.") and name not in _seen:
+            if isinstance(name, str) and name.startswith("memrl.") and name not in _seen and not _importing(frame):
                 _seen.add(name)
     def _write():
         with open(os.path.join(_out, f"{{os.getpid()}}.json"), "w") as f:

@@ -28,9 +28,12 @@ def test_the_tracer_records_modules_whose_code_ran_in_a_process_and_its_children
     out.mkdir()
     env = {**os.environ, walk.ENV_OUT: str(out), "PYTHONPATH": str(tmp_path / "trace"), "OMP_NUM_THREADS": "1"}
     child = "import memrl.core.stats as s; s.mean_interval([1.0, 2.0, 3.0])"
+    # A module body (here one named memrl.probe) that calls a function while it is imported: import, not work.
+    body = "import memrl.core.stats as s\nTABLE = s.mean_interval([1.0, 2.0])"
     parent = (
-        "import subprocess, sys, memrl.core.files, memrl.core.stats; "
+        "import subprocess, sys, types, memrl.core.files, memrl.core.stats; "
         "memrl.core.files.loads('{}'); "
+        f"exec(compile({body!r}, 'probe.py', 'exec'), types.ModuleType('memrl.probe').__dict__); "
         f"subprocess.run([sys.executable, '-c', {child!r}], check=True)"
     )
     subprocess.run([sys.executable, "-c", parent], env=env, check=True, timeout=120)
@@ -40,7 +43,7 @@ def test_the_tracer_records_modules_whose_code_ran_in_a_process_and_its_children
     ran = set().union(*traced)
     assert {"memrl.core.files", "memrl.core.stats"} <= ran
     parent_only = next(t for t in traced if "memrl.core.files" in t)
-    assert "memrl.core.stats" not in parent_only  # imported there, never called: not counted
+    assert "memrl.core.stats" not in parent_only  # imported there and called only by a module body: not counted
 
 
 def test_the_table_lists_each_stage_and_counts_distinct_modules() -> None:
