@@ -73,9 +73,9 @@ class Online:
 @dataclass(frozen=True)
 class World:
     name: str
-    eval_config: type[StrictModel]  # `memrl eval NAME` / stage `eval_NAME`
-    run: Callable[..., DrivenRun]  # (eval config, output folder, console, ...) -> the driven run
     online: Online | str  # its online half, or why it has none yet
+    eval_config: type[StrictModel] | None = None  # `memrl eval NAME` / stage `eval_NAME`; None: no evaluation
+    run: Callable[..., DrivenRun] | None = None  # (eval config, output folder, console, ...) -> the driven run
 
 
 WORLDS: dict[str, World] = {}
@@ -102,17 +102,25 @@ def register(entry: World) -> World:
 
 
 for _world in (
-    World("collab", CollabEvalConfig, _run_collab, Online(CollabRLConfig, EpisodeRewardWeights, collab_view)),
-    World("tod", TodEvalConfig, _run_tod, Online(TodRLConfig, TodRewardWeights, tod_view)),
+    World("collab", Online(CollabRLConfig, EpisodeRewardWeights, collab_view), CollabEvalConfig, _run_collab),
+    World("tod", Online(TodRLConfig, TodRewardWeights, tod_view), TodEvalConfig, _run_tod),
     World(
         "pahf",
-        PahfEvalConfig,
-        _run_pahf,
         "a task's episode is built from a `Job` (`protocol.build_task`), but the policy's prompt needs the agent's "
         "memory summary and the task record its memory writes; there is no row format or policy view yet",
+        PahfEvalConfig,
+        _run_pahf,
     ),
 ):
     register(_world)
+
+
+def evaluation(name: str) -> Callable[..., DrivenRun]:
+    """The runner of world `name`'s evaluation (`memrl eval NAME`)."""
+    run = world(name).run
+    if run is None:
+        raise MemrlError(f"world {name!r} has no evaluation")
+    return run
 
 
 def world(name: str) -> World:

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create_model, model_validator
 
 from memrl.envs.online import OnlineConfig
-from memrl.envs.registry import online_worlds
+from memrl.envs.registry import online, online_worlds
 from memrl.rewards.episode import PartWeights
 from memrl.train.config import PolicyOptimStage
 
@@ -60,7 +60,10 @@ class OnlineGRPOStage(PolicyOptimStage):
         return self
 
 
-def _stage(world: str, config: type[OnlineConfig], reward: type[PartWeights]) -> type[OnlineGRPOStage]:
+def online_stage(world: str) -> type[OnlineGRPOStage]:
+    """The schema of world `world`'s stage, `<world>_grpo`: its `env` and `reward` are the world's own types."""
+    entry = online(world)
+    config, reward = entry.config, entry.reward
     kind = f"{world}_grpo"
     required = any(field.is_required() for field in config.model_fields.values())  # no default env to fall back on
     env = Field(description=ENV_HELP) if required else Field(default_factory=config, description=ENV_HELP)
@@ -76,6 +79,4 @@ def _stage(world: str, config: type[OnlineConfig], reward: type[PartWeights]) ->
 
 
 # world -> its stage's schema
-STAGES: dict[str, type[OnlineGRPOStage]] = {
-    name: _stage(name, entry.config, entry.reward) for name, entry in online_worlds().items()
-}
+STAGES: dict[str, type[OnlineGRPOStage]] = {name: online_stage(name) for name in online_worlds()}
