@@ -65,7 +65,7 @@ def _run_pahf(cfg: Any, out: Path, console: Console, *more: Any) -> DrivenRun:
 class Online:
     """A world's online half: its stage's `env` and `reward` sections and the policy's view of a row."""
 
-    config: type[OnlineConfig]  # the rows a policy trains on and their episodes (`rows()`, `episodes(reply_tokens)`)
+    config: type[OnlineConfig]  # the rows a policy trains on and their episodes (`rows()`, `episodes()`)
     reward: type[PartWeights]  # a finished episode's record -> its reward parts; their weights
     view: Callable[[str, int], PolicyView]  # (spec, the reply budget the prompt states) -> how the policy sees it
 

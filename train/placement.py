@@ -176,9 +176,7 @@ def layout(stage: Any) -> Layout | None:
     """The layout of the trainer `stage` selects; None: the stage trains nothing."""
     if stage.kind == "judger":
         return Layout("judger (torchrun)", weights="sharded" if stage.deepspeed == "zero3" else "replicated")
-    from memrl.train.online.config import OnlineGRPOStage
-
-    kind = "online_grpo" if isinstance(stage, OnlineGRPOStage) else stage.kind
+    kind = getattr(stage, "layout_kind", stage.kind)  # every world's `<world>_grpo` is laid out as `online_grpo`
     return LAYOUTS.get((kind, getattr(stage, "trainer", None)))
 
 

@@ -116,6 +116,7 @@ def test_a_registered_world_conforms_and_lists_its_reward(echo: World) -> None:
     asyncio.run(check_episode(EchoConfig().episodes().episode(spec), policy))
 
 
+@pytest.mark.slow  # trains
 def test_a_registered_world_trains_one_grpo_step_on_trl(echo: World, tiny_qwen2: str, tmp_path: Path) -> None:
     from memrl.train.hf_trainer import TrainContext
     from memrl.train.online.config import online_stage

@@ -5,7 +5,7 @@ and their episodes) and `reward` (the parts and their weights), both from `memrl
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create_model, model_validator
 
@@ -19,6 +19,8 @@ ENV_HELP, REWARD_HELP = "the sessions and the simulated user", "weights of the r
 
 class OnlineGRPOStage(PolicyOptimStage):
     """The policy plays the world: each GRPO group plays one row (a session) `rollouts` times."""
+
+    layout_kind: ClassVar[str] = "online_grpo"  # how every world's stage holds its GPUs (train/placement.py)
 
     kind: str
     env: OnlineConfig = Field(description=ENV_HELP)
