@@ -1,13 +1,13 @@
 """Seconds per collab GRPO step and per held-out session, each against TRL's or transformers' own work on the same
 batch, so that what memrl adds shows as a ratio measured in one run.
 
-1. **GRPO step.** `collab_grpo` on TRL as the `collaborator-quickstart` recipe runs it (`train_collab_grpo`:
+1. **GRPO step.** `collab_grpo` on TRL as the `collaborator-quickstart` recipe runs it (`train_online_grpo`:
    GRPOTrainer with memrl's `rollout_func`, the `Player` playing whole collab episodes with the rule user), sized by
    the flags below. Then TRL's own path on the same batch: a plain GRPOTrainer (same model, same LoRA, same
    GRPOConfig) on single-turn prompts, which are memrl's own episode prompts decoded, each completion forced to the
    mean completion length of memrl's episodes (`min_new_tokens`), with a random reward. Both trainers are the
    recipe's TRL class with timers added (the GRPOTrainer attribute of `trl` is swapped for the timed subclass while
-   `train_collab_grpo` runs: nothing else changes). A step's seconds run from the previous step's end to its own;
+   `train_online_grpo` runs: nothing else changes). A step's seconds run from the previous step's end to its own;
    the first `--warmup` steps are left out. Inside a step: TRL's generation calls, the rollout (memrl: the
    `rollout_func`; TRL: its own generate and decode), generation and scoring (rollout, rewards, old log-probs), and
    the rest (forward, backward, optimizer).
@@ -161,7 +161,7 @@ def timed_trainer(base: Any, clock: StepClock) -> Any:
 
 @contextlib.contextmanager
 def trl_trainer_swapped(cls: type) -> Iterator[None]:
-    """`from trl import GRPOTrainer` returns `cls` inside the block (how `train_collab_grpo` gets its trainer)."""
+    """`from trl import GRPOTrainer` returns `cls` inside the block (how `train_online_grpo` gets its trainer)."""
     import trl
 
     original = trl.GRPOTrainer
@@ -227,12 +227,12 @@ def memrl_step(stage: Any, base_model: str, out_dir: Path, seed: int, warmup: in
     import trl
 
     from memrl.train.hf_trainer import TrainContext
-    from memrl.train.trl.collab import train_collab_grpo
+    from memrl.train.trl.online import train_online_grpo
 
     clock = StepClock()
     ctx = TrainContext(out_dir=out_dir, stage="collab", seed=seed, report_to="none", run_name="bench-collab")
     with trl_trainer_swapped(timed_trainer(trl.GRPOTrainer, clock)):
-        train_collab_grpo(stage, base_model, ctx)
+        train_online_grpo(stage, base_model, ctx)
     return summary(clock, warmup), clock
 
 
@@ -244,8 +244,8 @@ def trl_step(stage: Any, base_model: str, out_dir: Path, seed: int, warmup: int,
 
     from memrl.core.checkpoints import tokenizer_source
     from memrl.train.hf_trainer import TrainContext
-    from memrl.train.trl.collab import collab_args
     from memrl.train.trl.grpo import policy_model
+    from memrl.train.trl.online import online_args
 
     timed = memrl.steps[warmup:]
     length = round(sum(s["completion_tokens"] for s in timed) / sum(s["sequences"] for s in timed))
@@ -253,7 +253,7 @@ def trl_step(stage: Any, base_model: str, out_dir: Path, seed: int, warmup: int,
     # One prompt per group, in the order memrl played them (each group's rollouts share the prompt).
     prompts = [tokenizer.decode(p) for p in memrl.prompts[:: stage.rollouts]]
     ctx = TrainContext(out_dir=out_dir, stage="trl", seed=seed, report_to="none", run_name="bench-trl")
-    config = collab_args(stage, ctx) | {
+    config = online_args(stage, ctx) | {
         "max_completion_length": length,
         "generation_kwargs": {"max_new_tokens": length, "min_new_tokens": length},
         "reward_weights": None,
@@ -387,10 +387,10 @@ def heldout(loaded: Any, out_dir: Path, dtype: str) -> dict[str, Any]:
 def stages(loaded: Any) -> tuple[Any, Any]:
     """The recipe's held-out and training stages, checked: a renamed stage fails here in one line."""
     from memrl.app.stages.heldout import CollabHeldoutStage
-    from memrl.train.online.config import CollabGRPOStage
+    from memrl.train.online.config import OnlineGRPOStage
 
     heldout, training = loaded.recipe.stages.get("heldout"), loaded.recipe.stages.get("collab")
-    if not isinstance(heldout, CollabHeldoutStage) or not isinstance(training, CollabGRPOStage):
+    if not isinstance(heldout, CollabHeldoutStage) or not isinstance(training, OnlineGRPOStage):
         raise SystemExit(f"{RECIPE}: expected a collab_grpo stage `collab` and a collab_heldout stage `heldout`")
     return heldout, training
 

@@ -5,7 +5,7 @@ in-process and with the users on Ray actors; and the rollout's efficiency with a
    so no cache of the checkers or the grader serves a repeat; the replies are built and tokenized before the clock
    starts) plays the rule user on the arithmetic set, so only memrl's own work is timed:
 
-   - **bare loop**: for each batch, the episodes of `collab_episodes` (the same `CollabEpisode`s) played with
+   - **bare loop**: for each batch, the episodes of `in_process` (the same `CollabEpisode`s) played with
      `envs.episode.play`, the canned reply read as the trainer reads it, all episodes of the batch gathered on one
      loop;
    - **rollout path**: `train/online` `Player.play` on the same batches, what TRL's `rollout_func` runs: the prompt
@@ -40,11 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.models import pull
+from memrl.envs.collab.rows import CollabRLConfig
 from memrl.envs.episode import PolicyReply, play
 from memrl.rollout.base import Message
 from memrl.train.online.chat_tokens import TurnTokens
-from memrl.train.online.config import CollabRLConfig
-from memrl.train.online.episodes import collab_episodes, episode_rows, episode_source
+from memrl.train.online.episodes import episode_rows, episode_source, in_process
 from memrl.train.online.rollout import Generate, Player
 
 HERE = Path(__file__).parent
@@ -212,7 +212,7 @@ def main() -> None:
 
     replies = {"rollout": ids(1), "actors": ids(2)}
     with contextlib.ExitStack() as stack:
-        local = collab_episodes(cfg, REPLY_TOKENS)
+        local = in_process(cfg, REPLY_TOKENS)
         remote = episode_source(cfg.model_copy(update={"workers": args.workers}), REPLY_TOKENS)
         stack.callback(remote.close)
         players: dict[str, Player] = {}

@@ -11,41 +11,18 @@
     length        minus the conversation's messages, both sides
 
 Each part reads the episode record (`CollabEpisode.record()`); weights come from the recipe
-(`EpisodeRewardWeights`), and `EpisodeRewardWeights.total` is the one weighted sum (verl's agent loop scores with
-it; TRL sums the same weights itself, one reward function per part: memrl.train.trl.rewards.episode_funcs).
+(`EpisodeRewardWeights`, a `PartWeights`: rewards/episode.py), whose `total` is the one weighted sum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
 
 from pydantic import Field
 
-from memrl.core.schema import StrictModel
+from memrl.rewards.episode import PartWeights, Record
 
 PARTS = ("task_success", "user_effort", "preference", "length")
-STATUSES = ("done", "failed", "over_budget")  # how a rollout's episode ended (the `episode_status` extra field)
-REPLIES_CUT = "replies_cut"  # the extra field with the share of an episode's replies cut at the reply budget
-
-Record = Mapping[str, Any]
-
-
-class EpisodeRewardWeights(StrictModel):
-    """GRPO's reward is the weighted sum of the parts (TRL `reward_weights`, verl's agent loop `total`)."""
-
-    task_success: float = Field(default=1.0, description="weight of the graded answer (0/1)")
-    user_effort: float = Field(default=0.2, description="weight of minus the enforcing user turns")
-    preference: float = Field(default=0.5, description="weight of the share of preferences met per reply")
-    length: float = Field(default=0.02, description="weight of minus the conversation's messages")
-
-    def as_list(self) -> list[float]:
-        return [getattr(self, part) for part in PARTS]
-
-    def total(self, parts: Mapping[str, float | None]) -> float:
-        """The weighted sum of `episode_parts`; a part that is None (no preference reaction) adds nothing, as TRL
-        sums the other parts."""
-        return sum(w * v for w, v in zip(self.as_list(), (parts[p] for p in PARTS), strict=True) if v is not None)
 
 
 def met_share(violated: Sequence[Collection[str]], held: int) -> float:
@@ -73,3 +50,14 @@ def episode_parts(record: Record) -> dict[str, float | None]:
         "preference": preference_share(record),
         "length": -float(record["length"]),
     }
+
+
+class EpisodeRewardWeights(PartWeights):
+    """GRPO's reward is the weighted sum of the parts (TRL `reward_weights`, verl's agent loop `total`)."""
+
+    task_success: float = Field(default=1.0, description="weight of the graded answer (0/1)")
+    user_effort: float = Field(default=0.2, description="weight of minus the enforcing user turns")
+    preference: float = Field(default=0.5, description="weight of the share of preferences met per reply")
+    length: float = Field(default=0.02, description="weight of minus the conversation's messages")
+
+    parts = staticmethod(episode_parts)

@@ -2,8 +2,9 @@
 the reflection reward, the factory that builds its parts from the reward config.
 
 `memrl reward list` prints this table. The reflection reward is the entries with a `build`, in registry order
-(`reflection_parts`). A reward that plays an environment is built above this layer and registers itself from there
-(`register`, at import of memrl.train.rewards): this module never names a module above it.
+(`reflection_parts`). A reward built above this layer registers itself from there (`register`): the next-session
+outcome at import of memrl.train.rewards, each online world's episode reward (`<world>_episode`) at import of
+memrl.envs.registry. This module never names a module above it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import ConfigError
-from memrl.rewards.collab_episode import PARTS as EPISODE_PARTS
-from memrl.rewards.collab_episode import episode_parts
 from memrl.rewards.config import RewardConfig
 from memrl.rewards.format import format_reward
 from memrl.rewards.judge import build_judge
@@ -108,14 +107,5 @@ register(
         length_penalty,
         "minus a penalty per token over the notes' budget",
         length_parts,
-    )
-)
-register(
-    RewardEntry(
-        "collab_episode",
-        EPISODE_PARTS,
-        "a finished collab episode's record (online collab RL)",
-        episode_parts,
-        "the collab episode's parts, summed with the stage's reward weights",
     )
 )

@@ -23,9 +23,10 @@ from memrl.core.stats import paired_difference
 from memrl.envs.collab.agents import AgentKind
 from memrl.envs.collab.config import CollabEvalConfig, CollabSampling
 from memrl.envs.collab.records import SessionRecord
+from memrl.envs.collab.rows import CollabRLConfig
 from memrl.rewards.collab_episode import preference_share
 from memrl.rollout.config import ModelConfig, SamplingConfig
-from memrl.train.online.config import CollabGRPOStage
+from memrl.train.online.config import OnlineGRPOStage
 
 METRICS = ("preference", "task_success", "user_effort", "length")
 PLOT_FILE = "heldout.png"
@@ -35,10 +36,12 @@ MODEL_STAMP = "model.json"
 # ---- the sessions played ---------------------------------------------------------------------------------------------
 
 
-def heldout_config(training: CollabGRPOStage, *, users: int, sessions: int, workers: int | None) -> CollabEvalConfig:
-    """The eval side of the training stage's split (same task, problems, seed), played as it trained: same agent
+def heldout_config(training: OnlineGRPOStage, *, users: int, sessions: int, workers: int | None) -> CollabEvalConfig:
+    """The eval side of the `collab_grpo` stage's split (same task, problems, seed), played as it trained: same agent
     kind, user and turns, replies greedy within the same token budget. The model is set per policy."""
     env = training.env
+    if not isinstance(env, CollabRLConfig):
+        raise ConfigError(f"held-out collab users need a collab_grpo stage, not {training.kind}")
     sampling = CollabSampling(
         agent=SamplingConfig(temperature=0.0, max_tokens=training.max_turn_tokens, seed=env.seed),
         user=env.user_sampling,

@@ -163,10 +163,10 @@ TRL = Layout("policy (TRL, one process per GPU)", weights="replicated")
 LAYOUTS: dict[tuple[str, str | None], Layout] = {
     ("sft", "verl"): Layout("policy (verl SFT)"),
     ("grpo", "verl"): VERL_ROLLOUT,
-    ("collab_grpo", "verl"): VERL_ROLLOUT,
+    ("online_grpo", "verl"): VERL_ROLLOUT,  # every world's `<world>_grpo`
     ("sft", "trl"): TRL,
     ("grpo", "trl"): TRL,
-    ("collab_grpo", "trl"): TRL,
+    ("online_grpo", "trl"): TRL,
     # ZeRO-2 shards the optimizer state and gradients; each GPU keeps the whole model.
     ("sft", "llamafactory"): Layout("policy (LLaMA-Factory under torchrun, ZeRO-2)", weights="replicated"),
 }
@@ -176,7 +176,8 @@ def layout(stage: Any) -> Layout | None:
     """The layout of the trainer `stage` selects; None: the stage trains nothing."""
     if stage.kind == "judger":
         return Layout("judger (torchrun)", weights="sharded" if stage.deepspeed == "zero3" else "replicated")
-    return LAYOUTS.get((stage.kind, getattr(stage, "trainer", None)))
+    kind = getattr(stage, "layout_kind", stage.kind)  # every world's `<world>_grpo` is laid out as `online_grpo`
+    return LAYOUTS.get((kind, getattr(stage, "trainer", None)))
 
 
 def stage_plan(stage: Any, policy: str | None, *, gpu_memory_gib: float | None = None) -> Plan:

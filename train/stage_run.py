@@ -17,7 +17,7 @@ from memrl.train.hf_trainer import TrainContext
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from memrl.train.online.config import CollabGRPOStage
+    from memrl.train.online.config import OnlineGRPOStage
 
 CURVES_FILE = "training_curves.png"
 
@@ -51,10 +51,6 @@ class StageRun:
         return TrainContext(self.out_dir, self.stage, self.seed, self.report_to, self.experiment)
 
 
-def sessions(stage: CollabGRPOStage) -> str:
-    """What a `collab_grpo` stage plays, in words (both backends' description)."""
-    env = stage.env
-    return (
-        f"{stage.rollouts} episodes per session with a {env.simulator} user on {env.task} ({env.users} train users x "
-        f"{env.sessions} sessions, up to {env.max_turns} replies)"
-    )
+def sessions(stage: OnlineGRPOStage) -> str:
+    """What an online GRPO stage plays, in words (both backends' description)."""
+    return f"{stage.rollouts} episodes per session {stage.env.plays()}"

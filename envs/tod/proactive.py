@@ -239,9 +239,11 @@ class ProactiveEpisode:
         return self._outcome
 
     def record(self) -> dict[str, Any]:
-        """The loop's record (plain JSON): confirmation, turns, L after each reply, dte, success, failures."""
+        """The loop's record (plain JSON): the goal, confirmation, turns, L after each reply, dte, success,
+        failures."""
         outcome = self.outcome()
         return {
+            "goal": dict(self.goal),
             "confirmation": outcome.confirmation.text,
             "turns": [t.model_dump(exclude_defaults=True) for t in outcome.turns],
             "outstanding": outcome.outstanding,

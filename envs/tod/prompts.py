@@ -137,18 +137,19 @@ def reader_messages(
     conversation: Sequence[Mapping[str, str]], a_core: Sequence[str], missing: Mapping[str, str]
 ) -> list[Message]:
     """The reader sees only the remembered answers (A_core), never the questions they came from."""
-    memory = "\n".join(f"- {a}" for a in a_core) or NO_MEMORY
-    system: Message = {
-        "role": "system",
-        "content": _READER.format(memory=memory, missing=_lines(missing) or NONE_MISSING),
-    }
     turns: list[Message] = [
         {"role": "assistant" if t["speaker"] == "assistant" else "user", "content": t["utterance"]}
         for t in conversation
     ]
     if not turns or turns[-1]["role"] == "assistant":  # chat templates expect the user to speak last
         turns.append({"role": "user", "content": "Please go on."})
-    return [system, *turns]
+    return [reader_system(a_core, missing), *turns]
+
+
+def reader_system(a_core: Sequence[str], missing: Mapping[str, str]) -> Message:
+    """The reader's instructions: the remembered answers and the unsettled slots (slot -> how it is named)."""
+    memory = "\n".join(f"- {a}" for a in a_core) or NO_MEMORY
+    return {"role": "system", "content": _READER.format(memory=memory, missing=_lines(missing) or NONE_MISSING)}
 
 
 def user_messages(

@@ -115,17 +115,26 @@ class TemplateReader(Reader):
 _SPEAKER_PREFIX = re.compile(r"^\s*(assistant|system)\s*:\s*", re.IGNORECASE)
 
 
+def missing_names(request: ReaderRequest) -> dict[str, str]:
+    """The slots the reasoner found missing, each as the reader names it: what the model reader is told."""
+    return {s: _name(request, s) for s in request.missing}
+
+
+def read_text(raw: str) -> Reply:
+    """A model's reply as the assistant's turn: without a speaker prefix it may have written. An empty reply stays
+    empty: it states nothing, and is counted as failed."""
+    text = _SPEAKER_PREFIX.sub("", raw.strip()).strip()
+    return Reply(text, failed=not text)
+
+
 @dataclass(frozen=True)
 class LLMReader(Reader):
     backend: ChatBackend
     sampling: SamplingParams
 
     async def respond(self, request: ReaderRequest) -> Reply:
-        missing = {s: _name(request, s) for s in request.missing}
-        messages = reader_messages(as_dicts(request.conversation), request.selection.a_core, missing)
-        raw = (await self.backend.achat(messages, self.sampling)).text
-        text = _SPEAKER_PREFIX.sub("", raw.strip()).strip()
-        return Reply(text, failed=not text)  # an empty reply stays empty: it states nothing, and is counted
+        messages = reader_messages(as_dicts(request.conversation), request.selection.a_core, missing_names(request))
+        return read_text((await self.backend.achat(messages, self.sampling)).text)
 
 
 READERS: Mapping[str, Callable[[ChatBackend | None, SamplingParams], Reader]] = {

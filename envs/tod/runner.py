@@ -21,12 +21,20 @@ from memrl.core.errors import BackendError, MemrlError, first_line
 from memrl.core.files import read_json
 from memrl.envs.driver import Chain, DrivenRun, Schedule, World, drive
 from memrl.envs.run_records import FAILED_FILE
+from memrl.envs.tod import pipeline
 from memrl.envs.tod.config import TodEvalConfig
 from memrl.envs.tod.extract import folder_schemas
 from memrl.envs.tod.formats import Individual, LoadProblems, Session, Turn, load_tod_dir
 from memrl.envs.tod.memory import MemoryUnit, TemplateMemoryBuilder, load_memory_banks
 from memrl.envs.tod.metrics import QualityJudge, gold_memory, session_scores
-from memrl.envs.tod.pipeline import MemoryPlanner, MemorySelector, SessionView, build_intent, build_reasoner, candidates
+from memrl.envs.tod.pipeline import (
+    MemoryPlanner,
+    MemorySelector,
+    SessionView,
+    build_intent,
+    build_reasoner,
+    candidates,
+)
 from memrl.envs.tod.proactive import SUPERVISORS, USERS, run_proactive
 from memrl.envs.tod.ranking import fact_of
 from memrl.envs.tod.reader import ReaderRequest, Reply, build_reader, phrases
@@ -130,6 +138,55 @@ def needed_roles(cfg: TodEvalConfig) -> Roles:
     )
 
 
+# --- a session, planned ---------------------------------------------------------------------------------------------
+
+
+def seeded(cfg: SamplingConfig, seed: int) -> SamplingParams:
+    return replace(cfg.params(), seed=seed)
+
+
+def build_planner(cfg: TodEvalConfig, schemas: Schemas, llm: ChatBackend | None) -> MemoryPlanner:
+    """The memory planner of `cfg` (intent, reasoner, retrieval and the judger fused into it); `llm` plays the llm
+    intent and reasoner, where they are."""
+    judger = None
+    if cfg.judger is not None:
+        from memrl.rollout.judger import load_judger
+
+        judger = load_judger(cfg.judger)
+    alpha, _ = resolve_alpha(cfg.alpha, cfg.judger)  # `eval tod` resolved it already; direct callers get the same
+    selector = MemorySelector(build_retriever(cfg.retriever), judger, alpha, cfg.top_k, cfg.top_units, cfg.fusion)
+    return MemoryPlanner(
+        build_intent(cfg.intent, schemas, llm, seeded(cfg.sampling.intent, cfg.seed)),
+        build_reasoner(cfg.reasoner, schemas, llm, seeded(cfg.sampling.reasoner, cfg.seed)),
+        selector,
+    )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A job ready to play: its session, goal (the confirmed values), context (the turns before the confirmation),
+    the individual's earlier memory, the plan, and the reader's request for the confirmation (no loop turns yet)."""
+
+    session: Session
+    goal: dict[str, str]
+    context: list[Turn]
+    memory: list[MemoryUnit]
+    plan: pipeline.Plan
+    request: ReaderRequest
+
+
+async def prepare(planner: MemoryPlanner, schemas: Schemas, job: Job) -> Prepared:
+    session = Session.model_validate(job.session)
+    assert session.confirmation_state is not None
+    goal = dict(session.confirmation_state.slot_values)
+    context = session.context()
+    memory = [MemoryUnit.from_record(u) for u in job.memory]
+    plan = await planner.plan(SessionView(job.persona_id, session, context, goal, memory))
+    names = phrases(schemas, session.service, session.intent)
+    request = ReaderRequest(context, [], plan.selection, plan.missing, filled_slots(context, goal), names)
+    return Prepared(session, goal, context, memory, plan, request)
+
+
 # --- workers ------------------------------------------------------------------------------------------------------
 
 
@@ -150,18 +207,7 @@ class SessionRunner:
         self._backends: dict[str, ChatBackend] = {}
         sampling = cfg.sampling
         llm = self._build(roles.llm)
-        judger = None
-        if cfg.judger is not None:
-            from memrl.rollout.judger import load_judger
-
-            judger = load_judger(cfg.judger)
-        alpha, _ = resolve_alpha(cfg.alpha, cfg.judger)  # `eval tod` resolved it already; direct callers get the same
-        selector = MemorySelector(build_retriever(cfg.retriever), judger, alpha, cfg.top_k, cfg.top_units, cfg.fusion)
-        self.planner = MemoryPlanner(
-            build_intent(cfg.intent, self.schemas, llm, self._params(sampling.intent)),
-            build_reasoner(cfg.reasoner, self.schemas, llm, self._params(sampling.reasoner)),
-            selector,
-        )
+        self.planner = build_planner(cfg, self.schemas, llm)
         self.reader = build_reader(cfg.reader, self._build(roles.reader), self._params(sampling.reader))
         self.user = USERS[cfg.user](llm, self._params(sampling.user))
         self.supervisor = SUPERVISORS[cfg.supervisor](llm, self._params(sampling.supervisor))
@@ -169,7 +215,7 @@ class SessionRunner:
         self.quality = None if quality is None else QualityJudge(quality, self._params(sampling.quality))
 
     def _params(self, cfg: SamplingConfig) -> SamplingParams:
-        return replace(cfg.params(), seed=self.cfg.seed)
+        return seeded(cfg, self.cfg.seed)
 
     def _build(self, cfg: ModelConfig | None) -> ChatBackend | None:
         if cfg is None:
@@ -187,19 +233,11 @@ class SessionRunner:
             return failed | {"status": "failed", "error": first_line(exc)}
 
     async def _run(self, job: Job) -> dict[str, Any]:
-        session = Session.model_validate(job.session)
-        assert session.confirmation_state is not None
-        goal = dict(session.confirmation_state.slot_values)
-        context = session.context()
-        memory = [MemoryUnit.from_record(u) for u in job.memory]
-        view = SessionView(job.persona_id, session, context, goal, memory)
-        plan = await self.planner.plan(view)
-        names = phrases(self.schemas, session.service, session.intent)
-        known = filled_slots(context, goal)
+        ready = await prepare(self.planner, self.schemas, job)
+        session, goal, context, memory, plan = ready.session, ready.goal, ready.context, ready.memory, ready.plan
 
         async def respond(followup: Sequence[Turn]) -> Reply:
-            request = ReaderRequest(context, followup, plan.selection, plan.missing, known, names)
-            return await self.reader.respond(request)
+            return await self.reader.respond(replace(ready.request, followup=followup))
 
         outcome = await run_proactive(respond, context, goal, self.user, self.supervisor, self.cfg.max_turns)
         gold = gold_memory(job.persona_id, session, context, goal, memory)

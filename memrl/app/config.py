@@ -13,6 +13,14 @@ from memrl.core.schema import PlainName, StrictModel, plain_name_problem
 from memrl.rollout.config import ModelConfig
 
 
+def field_at(stage: object, key: str) -> object:
+    """A stage's field by dotted key (`env.data`); None where the stage has none."""
+    value = stage
+    for part in key.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
 class Recipe(StrictModel):
     name: PlainName = Field(description="names the run folder (runs/<name>) and the run in logs")
     smoke: list[str] = Field(
@@ -40,7 +48,7 @@ class Recipe(StrictModel):
     def needs(self, name: str) -> dict[str, StageSpec]:
         """The specs of the stages that stage `name` names in the fields its kind declares it needs."""
         stage = self.stages[name]
-        refs = (getattr(stage, key, None) for key in kind_of(stage).needs)
+        refs = (field_at(stage, key) for key in kind_of(stage).needs)
         return {str(ref): self.stages[str(ref)] for ref in refs if ref is not None and str(ref) in self.stages}
 
     @model_validator(mode="after")
@@ -56,7 +64,7 @@ class Recipe(StrictModel):
         order = list(self.stages)
         for stage_name, stage in self.stages.items():
             for key in kind_of(stage).refs:
-                ref = getattr(stage, key, None)
+                ref = field_at(stage, key)
                 ref = None if ref is None else str(ref)
                 if ref in self.stages and order.index(ref) >= order.index(stage_name):
                     raise ValueError(f"stages.{stage_name}.{key}: stage {ref!r} does not run before {stage_name!r}")

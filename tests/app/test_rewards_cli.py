@@ -72,14 +72,18 @@ def test_reward_list_shows_every_reward_with_its_parts_and_needs(memrl_cli: Memr
     for name, entry in REWARDS.items():
         assert [" ".join(column) for column in named[name][1:3]] == [", ".join(entry.parts), entry.needs]
     rows = [json.loads(line) for line in memrl_cli("reward", "list", "--json", check=True).stdout.splitlines()]
-    assert [r["name"] for r in rows] == ["coverage", "format", "length", "next_session", "collab_episode"]
+    names = ["coverage", "format", "length", "next_session", "collab_episode", "tod_episode"]
+    assert [r["name"] for r in rows] == names
     assert rows[3]["parts"] == ["outcome"] and rows[4]["parts"] == list(PARTS)
+    assert rows[5]["parts"] == ["success", "slot_accuracy", "turns"]
 
 
 def test_registry_factories_resolve_and_parts_are_what_the_trainers_produce(memrl_cli: MemrlCLI) -> None:
     from memrl.envs.collab.scripted_reader import ScriptedReader
+    from memrl.rewards.collab_episode import EpisodeRewardWeights
     from memrl.rewards.config import NextSessionRewardConfig
     from memrl.rewards.registry import reflection_parts
+    from memrl.rewards.tod_episode import TodRewardWeights
     from memrl.train.rewards.next_session import NextSessionScorer
     from memrl.train.rewards.outcome_part import OutcomeScorer
     from memrl.train.trl.rewards import episode_funcs, reflection_funcs
@@ -92,4 +96,5 @@ def test_registry_factories_resolve_and_parts_are_what_the_trainers_produce(memr
     parts = reflection_parts(cfg, Path("unread"), shared={"outcome": outcome})
     names = [f.__name__ for f in reflection_funcs(parts)]
     assert names == [p for name in ("coverage", "format", "length", "next_session") for p in REWARDS[name].parts]
-    assert [f.__name__ for f in episode_funcs()] == list(REWARDS["collab_episode"].parts)
+    assert [f.__name__ for f in episode_funcs(EpisodeRewardWeights)] == list(REWARDS["collab_episode"].parts)
+    assert [f.__name__ for f in episode_funcs(TodRewardWeights)] == list(REWARDS["tod_episode"].parts)

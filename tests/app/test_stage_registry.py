@@ -149,3 +149,23 @@ def test_every_action_is_a_command_and_a_stage_named_by_one_rule() -> None:
     for group in ("eval", "data"):
         for verb in root.commands[group].commands:  # type: ignore[attr-defined]
             assert kind_of(f"{group} {verb}") in KINDS, f"{group} {verb}"
+
+
+def test_every_world_of_the_registry_has_its_eval_command_and_its_online_stage() -> None:
+    """The world registry (memrl.envs.registry) is what `memrl eval <world>` and the `<world>_grpo` kinds stand on."""
+    from memrl.envs.registry import WORLDS, online_worlds
+
+    commands = get_command(app).commands["eval"].commands  # type: ignore[attr-defined]
+    for name, world in WORLDS.items():
+        assert name in commands and KINDS[f"eval_{name}"].action is not None
+        assert KINDS[f"eval_{name}"].action.config is world.eval_config  # one config, the world's
+    online = {name for name in KINDS if name.endswith("_grpo") and name != "grpo"}
+    assert online == {f"{name}_grpo" for name in online_worlds()} == {"collab_grpo", "tod_grpo"}
+    tod = KINDS["tod_grpo"]
+    assert tod.refs == ("init", "env.data")  # the TOD rows may come from an earlier tod_data stage
+    stages = {
+        "tod": {"kind": "tod_grpo", "model": "p", "env": {"data": "mstod"}},
+        "mstod": {"kind": "tod_data", "sgd_dir": "s", "individuals": 2},
+    }
+    with pytest.raises(ValidationError, match=r"stages\.tod\.env\.data: stage 'mstod' does not run before 'tod'"):
+        Recipe.model_validate({"name": "x", "models": {"p": {"backend": "hf", "model": "m"}}, "stages": stages})

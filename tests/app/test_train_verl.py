@@ -623,12 +623,12 @@ def _stage_command(recipe: str, stage: str, overrides: list[str], tmp_path: Path
     from rich.console import Console
 
     from memrl.app.recipe import load_recipe
-    from memrl.app.stages import collab_rl, training
+    from memrl.app.stages import online_rl, training
 
     loaded = load_recipe(recipe, [f"output_dir={tmp_path}", *overrides])
     ctx = loaded.recipe.context(tmp_path, Console(stderr=True))
     spec = loaded.recipe.stages[stage]
-    build = collab_rl.verl_command if spec.kind == "collab_grpo" else training.verl_command
+    build = online_rl.verl_command if spec.kind == "collab_grpo" else training.verl_command
     return build(spec, ctx, stage, dry_run=True)
 
 
@@ -653,7 +653,7 @@ def test_judge_concurrency_is_divided_over_the_reward_workers(bound: int, worker
 def test_user_concurrency_is_divided_over_the_agent_loop_workers(tmp_path: Path) -> None:
     """Every agent-loop worker built its own LLM user client with the recipe's whole bound."""
     from memrl.app.recipe import load_recipe
-    from memrl.train.verl.collab_overrides import loop_settings
+    from memrl.train.verl.online_overrides import loop_settings
 
     bound = ["stages.collab.env.user_model.max_concurrency=24"]
     argv = _stage_command("collaborator-qwen2.5-7b", "collab", bound, tmp_path).argv

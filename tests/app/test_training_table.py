@@ -7,7 +7,7 @@ from typing import Any, get_args
 
 import pytest
 
-from memrl.app.stages import collab_rl, training
+from memrl.app.stages import online_rl, training
 from memrl.app.stages.base import StageKind
 from memrl.app.stages.training import Trainer
 
@@ -15,14 +15,14 @@ from memrl.app.stages.training import Trainer
 @pytest.mark.parametrize(
     ("kind", "table"),
     [(training.SFT, training.SFT_TRAINERS), (training.GRPO, training.GRPO_TRAINERS),
-     (collab_rl.COLLAB_GRPO, collab_rl.TRAINERS)],
+     (online_rl.online_kind("collab"), online_rl.TRAINERS)],
 )  # fmt: skip
 def test_every_trainer_the_schema_allows_has_a_backend(kind: StageKind[Any], table: dict[str, Trainer[Any]]) -> None:
     allowed = get_args(kind.config.model_fields["trainer"].annotation)
     assert sorted(allowed) == sorted(table)
 
 
-@pytest.mark.parametrize("kind", [training.GRPO, collab_rl.COLLAB_GRPO])
+@pytest.mark.parametrize("kind", [training.GRPO, online_rl.online_kind("collab")])
 @pytest.mark.parametrize("trainer", ["trl", "verl"])
 def test_both_grpo_kinds_join_the_jobs_cluster_the_same_way(kind: StageKind[Any], trainer: str) -> None:
     name = get_args(kind.config.model_fields["kind"].annotation)[0]

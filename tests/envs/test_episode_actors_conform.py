@@ -34,7 +34,7 @@ def test_an_episode_played_on_an_actor_conforms() -> None:
     problem = Problem("arith-x", "arith", "A pen costs $3. How much do 4 pens cost?", "12", AnswerKind.MATH)
     (row,) = session_rows([user], {"u1": [problem]}, "none", "text")
     source = ActorEpisodes(
-        lambda spec: policy_view(spec, 64), CollabEpisodes, (RuleUserSimulator(Grader()), Grader(), 3, 64), workers=1
+        lambda spec: policy_view(spec, 64), CollabEpisodes, (RuleUserSimulator(Grader()), Grader(), 3), workers=1
     )
     try:
         online = source(row)

@@ -16,10 +16,10 @@ import pytest
 from memrl.core.errors import MemrlError
 from memrl.envs.checker import NonConforming, check_episode
 from memrl.envs.collab.grading import Grader
-from memrl.envs.collab.rows import CollabEpisodes, session_rows
+from memrl.envs.collab.rows import CollabEpisodes, CollabRLConfig, session_rows
 from memrl.envs.collab.user_sim import RuleUserSimulator
 from memrl.envs.episode import PolicyReply, Step, check_step
-from memrl.envs.registry import ENVIRONMENTS, NOT_ONLINE, environment
+from memrl.envs.registry import WORLDS, Online, online, online_worlds, world
 from memrl.rollout.base import Message
 
 
@@ -157,12 +157,12 @@ def test_the_registry_builds_collab_episodes_from_rows_and_they_conform() -> Non
     from memrl.envs.collab.problems import AnswerKind, Problem
     from memrl.envs.collab.profiles import UserProfile
 
-    collab = environment("collab")
-    assert collab is ENVIRONMENTS["collab"] and collab.episodes is CollabEpisodes
+    collab = online("collab")
+    assert collab is WORLDS["collab"].online and collab.config is CollabRLConfig
     user = UserProfile("u1", "A baker", ("blunt", "no-suggestions", "three-sentences"))
     problem = Problem("arith-x", "arith", "A pen costs $3. How much do 4 pens cost?", "12", AnswerKind.MATH)
     (row,) = session_rows([user], {"u1": [problem]}, "none", "text")
-    episodes = collab.episodes(RuleUserSimulator(Grader()), Grader(), 3, 64)
+    episodes = CollabEpisodes(RuleUserSimulator(Grader()), Grader(), 3)
     view = collab.view(row, 64)
     assert view.context[0]["role"] == "system" and view.read_reply("12") == ("12", {"parse_failed": False})
 
@@ -173,10 +173,10 @@ def test_the_registry_builds_collab_episodes_from_rows_and_they_conform() -> Non
     assert json.loads(row)["key"] == "u1/0"
 
 
-@pytest.mark.parametrize("name", sorted(NOT_ONLINE))
+@pytest.mark.parametrize("name", sorted(set(WORLDS) - set(online_worlds())))
 def test_worlds_not_yet_trainable_online_say_why(name: str) -> None:
-    assert name not in ENVIRONMENTS
-    with pytest.raises(MemrlError, match=f"{name}' cannot be trained online: .+ \\(trainable: collab\\)"):
-        environment(name)
-    with pytest.raises(MemrlError, match=r"'chess' cannot be trained online \(trainable: collab\)"):
-        environment("chess")
+    assert not isinstance(WORLDS[name].online, Online)
+    with pytest.raises(MemrlError, match=f"{name}' cannot be trained online: .+ \\(trainable: collab, tod\\)"):
+        online(name)
+    with pytest.raises(MemrlError, match=r"unknown world 'chess' \(worlds: collab, tod, pahf\)"):
+        world("chess")

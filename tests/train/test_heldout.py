@@ -16,7 +16,7 @@ from memrl.core.stats import paired_difference
 from memrl.envs.collab.records import SessionRecord
 from memrl.envs.collab.runner import select_problems, select_profiles
 from memrl.train.heldout import METRICS, forget_if_retrained, heldout_chart, heldout_config, heldout_report
-from memrl.train.online.config import CollabGRPOStage
+from memrl.train.online.config import STAGES
 from memrl.train.online.episodes import episode_rows
 from memrl.train.report import merge_report
 
@@ -95,7 +95,7 @@ def test_a_single_pair_gives_a_difference_but_no_interval(tmp_path: Path) -> Non
 def test_the_heldout_sessions_are_the_eval_side_of_the_training_split_played_as_trained() -> None:
     stages = load_recipe("collaborator-quickstart").recipe.stages
     training, stage = stages["collab"], stages["heldout"]
-    assert isinstance(training, CollabGRPOStage)
+    assert isinstance(training, STAGES["collab"])
     cfg = heldout_config(training, users=stage.users, sessions=stage.sessions, workers=stage.workers)
     assert (cfg.split, cfg.agent.value, cfg.max_turns, cfg.simulator) == ("eval", "oracle", 2, "rule")
     assert (cfg.sampling.agent.temperature, cfg.sampling.agent.max_tokens) == (0.0, training.max_turn_tokens)

@@ -20,13 +20,12 @@ from test_online_collab import _FailingSession
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import Problem
 from memrl.envs.collab.profiles import UserProfile
-from memrl.envs.collab.rows import CollabEpisodes, policy_view
+from memrl.envs.collab.rows import CollabEpisodes, CollabRLConfig, policy_view
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession, UserSimulator, UserTurn
 from memrl.envs.episode_actors import ActorEpisodes
 from memrl.envs.online import EpisodeSource
 from memrl.train.online.chat_tokens import TurnTokens
-from memrl.train.online.config import CollabRLConfig
-from memrl.train.online.episodes import collab_episodes, episode_rows
+from memrl.train.online.episodes import InProcess, episode_rows, in_process
 from memrl.train.online.rollout import Generate, Player, Trajectory
 
 pytestmark = pytest.mark.slow  # every test here starts Ray actors
@@ -34,6 +33,7 @@ pytestmark = pytest.mark.slow  # every test here starts Ray actors
 REPLY_TOKENS = 64
 ENV = CollabRLConfig(users=2, sessions=2, max_turns=3, agent="oracle", seed=0)
 SPECS = [spec for spec in episode_rows(ENV) for _ in range(2)]  # 4 sessions x a GRPO group of 2
+VIEW = partial(policy_view, reply_tokens=REPLY_TOKENS)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -84,8 +84,12 @@ def play(source: EpisodeSource, turns: TurnTokens, generate: Generate) -> list[T
         loop.close()
 
 
-def actors(factory: Callable[..., Any] = collab_episodes) -> ActorEpisodes:
-    return ActorEpisodes(partial(policy_view, reply_tokens=REPLY_TOKENS), factory, (ENV, REPLY_TOKENS), workers=2)
+def _episodes(cfg: CollabRLConfig) -> CollabEpisodes:
+    return cfg.episodes()
+
+
+def actors(factory: Callable[..., Any] = _episodes) -> ActorEpisodes:
+    return ActorEpisodes(VIEW, factory, (ENV,), workers=2)
 
 
 def same(t: Trajectory) -> tuple[Any, ...]:
@@ -97,7 +101,7 @@ def same(t: Trajectory) -> tuple[Any, ...]:
 @pytest.fixture(scope="module")
 def reference(turns: TurnTokens) -> list[Trajectory]:
     """The batch played in-process."""
-    return play(collab_episodes(ENV, REPLY_TOKENS), turns, scripted(turns))
+    return play(in_process(ENV, REPLY_TOKENS), turns, scripted(turns))
 
 
 def replies(t: Trajectory) -> int:
@@ -203,9 +207,9 @@ class _PidUser(UserSimulator):
         return session
 
 
-def _pid_episodes(cfg: CollabRLConfig, reply_tokens: int) -> CollabEpisodes:
+def _pid_episodes(cfg: CollabRLConfig) -> CollabEpisodes:
     grader = Grader()
-    return CollabEpisodes(_PidUser(RuleUserSimulator(grader, seed=cfg.seed)), grader, cfg.max_turns, reply_tokens)
+    return CollabEpisodes(_PidUser(RuleUserSimulator(grader, seed=cfg.seed)), grader, cfg.max_turns)
 
 
 def test_an_episode_that_replays_differently_fails_saying_so(turns: TurnTokens, reference: list[Trajectory]) -> None:
@@ -224,15 +228,15 @@ def test_an_episode_that_replays_differently_fails_saying_so(turns: TurnTokens, 
             assert t.status == "done"
 
 
-def _failing_episodes(cfg: CollabRLConfig, reply_tokens: int) -> CollabEpisodes:
+def _failing_episodes(cfg: CollabRLConfig) -> CollabEpisodes:
     grader = Grader()
     user = json.loads(SPECS[0])["profile"]["id"]
     simulator = _FirstUserFails(RuleUserSimulator(grader, seed=cfg.seed), user)
-    return CollabEpisodes(simulator, grader, cfg.max_turns, reply_tokens)
+    return CollabEpisodes(simulator, grader, cfg.max_turns)
 
 
 def test_a_simulator_raising_on_its_actor_fails_only_its_episode(turns: TurnTokens) -> None:
-    expected = play(_failing_episodes(ENV, REPLY_TOKENS), turns, scripted(turns))
+    expected = play(InProcess(_failing_episodes(ENV), VIEW), turns, scripted(turns))
     source = actors(_failing_episodes)
     try:
         played = play(source, turns, scripted(turns))

@@ -20,16 +20,15 @@ from memrl.core.errors import BackendError
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.problems import AnswerKind, Problem
 from memrl.envs.collab.profiles import UserProfile
-from memrl.envs.collab.rows import CollabEpisodes, policy_view, read_reply
+from memrl.envs.collab.rows import CollabEpisodes, CollabRLConfig, policy_view, read_reply
 from memrl.envs.collab.runner import select_profiles
 from memrl.envs.collab.user_sim import RuleUserSimulator, UserSession, UserSimulator, UserTurn
-from memrl.rewards.collab_episode import PARTS, episode_parts, preference_share
+from memrl.rewards.collab_episode import PARTS, EpisodeRewardWeights, episode_parts, preference_share
 from memrl.rollout.base import Message
 from memrl.train.online.chat_tokens import TurnTokens
-from memrl.train.online.config import CollabRLConfig
-from memrl.train.online.episodes import episode_rows
+from memrl.train.online.episodes import InProcess, episode_rows
 from memrl.train.online.rollout import Player
-from memrl.train.trl.collab_rollout import EpisodeRollout
+from memrl.train.trl.online_rollout import EpisodeRollout
 from memrl.train.trl.rewards import episode_funcs
 
 MAX_TURNS = 3
@@ -68,7 +67,8 @@ class _EveryOtherUserFails(UserSimulator):
 
 def _player(tokenizer: Any, simulator: UserSimulator | None = None) -> Player:
     grader = Grader()
-    source = CollabEpisodes(simulator or RuleUserSimulator(grader), grader, MAX_TURNS, REPLY_TOKENS)
+    episodes = CollabEpisodes(simulator or RuleUserSimulator(grader), grader, MAX_TURNS)
+    source = InProcess(episodes, lambda spec: policy_view(spec, REPLY_TOKENS))
     return Player(source, TurnTokens.of(tokenizer), REPLY_TOKENS, max_episode_tokens=512)
 
 
@@ -95,7 +95,7 @@ def trainer(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
         warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
         trainer = GRPOTrainer(
             model=tiny_qwen2,
-            reward_funcs=[*episode_funcs()],
+            reward_funcs=[*episode_funcs(EpisodeRewardWeights)],
             args=args,
             train_dataset=Dataset.from_dict({"prompt": episode_rows(ENV)}),
             processing_class=tokenizer,
@@ -205,7 +205,7 @@ def test_reward_parts_follow_the_episode_record() -> None:
     # One of three preferences broken in the first reply, none in the second: (2/3 + 1) / 2.
     assert episode_parts(record) == {"task_success": 1.0, "user_effort": -1.0, "preference": 5 / 6, "length": -5.0}
     assert preference_share({"turns": record["turns"][:2]}) is None  # no reaction yet: TRL sums the other parts
-    funcs = episode_funcs()
+    funcs = episode_funcs(EpisodeRewardWeights)
     assert [f.__name__ for f in funcs] == list(PARTS)
     logged: list[tuple[str, float]] = []
     rewards = [f([None, None], episode=[record, None], episode_status=["done", "failed"]) for f in funcs]
@@ -304,13 +304,13 @@ def test_dr_grpo_normaliser_is_the_same_on_trl_and_verl(tiny_qwen2: str, tmp_pat
 
     from memrl.app.recipe import load_recipe
     from memrl.train.hf_trainer import TrainContext
-    from memrl.train.online.config import CollabGRPOStage
-    from memrl.train.trl.collab import collab_args
-    from memrl.train.verl.collab_overrides import collab_overrides
+    from memrl.train.online.config import STAGES
+    from memrl.train.trl.online import online_args
+    from memrl.train.verl.online_overrides import online_overrides
 
     stage = load_recipe("collaborator-quickstart").recipe.stages["collab"]
-    assert isinstance(stage, CollabGRPOStage) and stage.loss == "dr_grpo"
-    overrides = collab_overrides(stage, model_path=tiny_qwen2, out_dir=tmp_path / "verl", experiment="x")
+    assert isinstance(stage, STAGES["collab"]) and stage.loss == "dr_grpo"
+    overrides = online_overrides(stage, model_path=tiny_qwen2, out_dir=tmp_path / "verl", experiment="x")
     prefix = "actor_rollout_ref.actor.loss_scale_factor="
     verl_norm = [int(o.removeprefix(prefix)) for o in overrides if o.startswith(prefix)]
     ctx = TrainContext(tmp_path / "trl", "collab", 0, "none", "x")
@@ -318,8 +318,8 @@ def test_dr_grpo_normaliser_is_the_same_on_trl_and_verl(tiny_qwen2: str, tmp_pat
         warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
         trainer = GRPOTrainer(
             model=tiny_qwen2,
-            reward_funcs=[*episode_funcs()],
-            args=GRPOConfig(**collab_args(stage, ctx)),
+            reward_funcs=[*episode_funcs(EpisodeRewardWeights)],
+            args=GRPOConfig(**online_args(stage, ctx)),
             train_dataset=Dataset.from_dict({"prompt": episode_rows(ENV)}),
             rollout_func=lambda prompts, trainer: {},  # never called: only the trainer's set-up is read
         )

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from memrl.envs.collab.rows import CollabRLConfig
 from memrl.rewards.collab_episode import PARTS, EpisodeRewardWeights
 from memrl.rollout.config import OpenAIModelConfig
-from memrl.train.online.config import CollabGRPOStage, CollabRLConfig
+from memrl.train.online.config import STAGES, OnlineGRPOStage
 from memrl.train.online.episodes import episode_rows
-from memrl.train.verl.collab_data import AGENT_NAME, USER_KEY_ENV, LoopSettings, agent_rows, write_rows
+from memrl.train.verl.online_data import USER_KEY_ENV, LoopSettings, agent_name, agent_rows, write_rows
 
 pytest.importorskip("verl")
 
@@ -60,7 +61,7 @@ class HFServer:
         return TokenOutput(token_ids=new, log_probs=logprobs)
 
 
-def stage(**update: Any) -> CollabGRPOStage:
+def stage(**update: Any) -> OnlineGRPOStage:
     fields: dict[str, Any] = {
         "kind": "collab_grpo",
         "trainer": "verl",
@@ -74,10 +75,10 @@ def stage(**update: Any) -> CollabGRPOStage:
         "max_episode_tokens": 256,
         "max_prompt_length": 1024,
     }
-    return CollabGRPOStage(**(fields | update))
+    return STAGES["collab"](**(fields | update))
 
 
-def rollout(model: str, out: Path, collab: CollabGRPOStage) -> tuple[Any, HFServer, Any]:
+def rollout(model: str, out: Path, collab: OnlineGRPOStage) -> tuple[Any, HFServer, Any]:
     """One verl rollout step of the stage: its parquet through RLHFDataset, each session repeated `rollouts` times
     (as verl's trainer does), played by verl's AgentLoopWorker. Returns (verl's batch, the server, the tokenizer)."""
     import numpy as np
@@ -88,11 +89,11 @@ def rollout(model: str, out: Path, collab: CollabGRPOStage) -> tuple[Any, HFServ
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
     import memrl.train.verl.agent_loop  # noqa: F401  registers the loop, as VERL_USE_EXTERNAL_MODULES does
-    from memrl.train.verl.collab_overrides import collab_overrides
+    from memrl.train.verl.online_overrides import loop_settings, online_overrides
     from memrl.train.verl.validate import PPO_CONFIG, compose
 
-    cfg = compose(PPO_CONFIG, collab_overrides(collab, model_path=model, out_dir=out, experiment="test"))
-    settings = LoopSettings(env=collab.env, reward=collab.reward, max_turn_tokens=collab.max_turn_tokens)
+    cfg = compose(PPO_CONFIG, online_overrides(collab, model_path=model, out_dir=out, experiment="test"))
+    settings = loop_settings(collab)
     data = write_rows(agent_rows(episode_rows(collab.env), settings), out / "data" / "train.parquet")
     tokenizer = AutoTokenizer.from_pretrained(model)
     dataset = RLHFDataset(data_files=[str(data)], tokenizer=tokenizer, config=cfg.data)
@@ -127,7 +128,7 @@ def test_the_loop_masks_exactly_the_users_turns(played: tuple[Any, HFServer, Any
 
     output, server, tokenizer = played
     turns = TurnTokens.of(tokenizer)
-    assert len(output) == 4 and set(output.non_tensor_batch["agent_name"]) == {AGENT_NAME}
+    assert len(output) == 4 and set(output.non_tensor_batch["agent_name"]) == {agent_name("collab")}
     episodes = [json.loads(e) for e in output.non_tensor_batch["episode"]]
     assert [e["status"] for e in episodes] == ["done"] * 4
     replies_by_episode = sorted(server.sampled.values(), key=len)
@@ -169,7 +170,7 @@ def test_the_parts_per_step_read_back_from_verls_rollout_dump(
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import extract_reward
 
-    from memrl.train.verl.collab_rollouts import rollout_history
+    from memrl.train.verl.online_rollouts import rollout_history
 
     output, _, _ = played
     scores, info = extract_reward(output)
@@ -177,7 +178,7 @@ def test_the_parts_per_step_read_back_from_verls_rollout_dump(
     score = scores.sum(-1).tolist()
     for step in (1, 2):  # verl's own writer, as its trainer calls it with trainer.rollout_data_dir each step
         RayPPOTrainer._write_generations(["p"] * 4, ["r"] * 4, [None] * 4, score, dump, str(tmp_path), step)
-    history = rollout_history(tmp_path)
+    history = rollout_history(tmp_path, PARTS)
     assert [row["step"] for row in history] == [1, 2]
     assert history[0]["reward"] == pytest.approx(sum(score) / 4)
     assert history[0]["rewards/task_success/mean"] == pytest.approx(sum(info["task_success"]) / 4)
@@ -211,7 +212,10 @@ def test_an_episode_over_its_budget_scores_nan_and_is_left_out(tiny_qwen2: str, 
 def test_the_user_key_never_lands_in_the_data(monkeypatch: pytest.MonkeyPatch) -> None:
     user = OpenAIModelConfig(backend="openai", model="u", endpoint="http://user:8000/v1", api_key="sk-user")
     settings = LoopSettings(
-        env=ENV.model_copy(update={"simulator": "llm", "user_model": user}), reward=WEIGHTS, max_turn_tokens=8
+        world="collab",
+        env=ENV.model_copy(update={"simulator": "llm", "user_model": user}),
+        reward=WEIGHTS,
+        max_turn_tokens=8,
     )
     rows = agent_rows(episode_rows(ENV), settings)
     assert "sk-user" not in json.dumps(rows)
@@ -250,12 +254,12 @@ def test_the_7b_recipe_dry_run_prints_the_checked_command(
 
 def test_the_7b_recipe_composes_against_verl() -> None:
     from memrl.app.recipe import load_recipe
-    from memrl.train.verl.collab_overrides import collab_overrides
+    from memrl.train.verl.online_overrides import online_overrides
     from memrl.train.verl.validate import PPO_CONFIG, compose, validate_overrides
 
     collab = load_recipe("collaborator-qwen2.5-7b").recipe.stages["collab"]
-    assert isinstance(collab, CollabGRPOStage) and collab.trainer == "verl"
-    overrides = collab_overrides(collab, model_path="Qwen/Qwen2.5-7B-Instruct", out_dir=Path("/runs/c"), experiment="c")
+    assert isinstance(collab, OnlineGRPOStage) and collab.trainer == "verl"
+    overrides = online_overrides(collab, model_path="Qwen/Qwen2.5-7B-Instruct", out_dir=Path("/runs/c"), experiment="c")
     validate_overrides(PPO_CONFIG, overrides)
     cfg = compose(PPO_CONFIG, overrides)
     assert cfg.actor_rollout_ref.rollout.response_length == collab.max_episode_tokens
@@ -313,14 +317,14 @@ def test_a_v1_step_computes_its_metrics_and_dumps_the_reward_parts(tiny_qwen2: s
     import memrl.train.verl.advantage  # memrl_grpo
     import memrl.train.verl.agent_loop  # noqa: F401  the loop
     from memrl.envs.ray_start import local_ray as loopback_ray
-    from memrl.train.verl.collab_overrides import collab_overrides
-    from memrl.train.verl.collab_rollouts import rollout_history
+    from memrl.train.verl.online_overrides import loop_settings, online_overrides
+    from memrl.train.verl.online_rollouts import rollout_history
     from memrl.train.verl.validate import PPO_CONFIG, compose
 
     collab = stage()
-    cfg = compose(PPO_CONFIG, collab_overrides(collab, model_path=tiny_qwen2, out_dir=tmp_path, experiment="t"))
+    cfg = compose(PPO_CONFIG, online_overrides(collab, model_path=tiny_qwen2, out_dir=tmp_path, experiment="t"))
     assert cfg.trainer.use_v1
-    settings = LoopSettings(env=collab.env, reward=collab.reward, max_turn_tokens=collab.max_turn_tokens)
+    settings = loop_settings(collab)
     data = write_rows(agent_rows(episode_rows(collab.env), settings), tmp_path / "data" / "train.parquet")
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen2)
     dataset = RLHFDataset(data_files=[str(data)], tokenizer=tokenizer, config=cfg.data)
@@ -367,7 +371,7 @@ def test_a_v1_step_computes_its_metrics_and_dumps_the_reward_parts(tiny_qwen2: s
         tq.close()
         ray.shutdown()
     assert metrics["training/off_policy/trajectory_staleness/mean"] == 0
-    history = rollout_history(Path(cfg.trainer.rollout_data_dir))
+    history = rollout_history(Path(cfg.trainer.rollout_data_dir), PARTS)
     assert [row["step"] for row in history] == [1]
     assert {f"rewards/{p}/mean" for p in ("task_success", "length")} <= set(history[0])
     assert history[0]["episode/done"] == len(keys)

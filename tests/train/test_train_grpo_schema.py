@@ -9,10 +9,10 @@ import pytest
 
 from memrl.train.config import GRPOStage, PolicyOptimStage
 from memrl.train.hf_trainer import TrainContext
-from memrl.train.online.config import CollabGRPOStage
-from memrl.train.trl.collab import collab_args
+from memrl.train.online.config import STAGES, OnlineGRPOStage
 from memrl.train.trl.grpo import grpo_args
-from memrl.train.verl.collab_overrides import collab_overrides
+from memrl.train.trl.online import online_args
+from memrl.train.verl.online_overrides import online_overrides
 from memrl.train.verl.overrides import grpo_overrides
 
 # The same policy-optimisation knobs in both kinds, none of them a default; the response budget is the same too.
@@ -33,15 +33,15 @@ def reflector() -> GRPOStage:
     return GRPOStage(kind="grpo", model="m", data="d", max_response_length=600, **SHARED)
 
 
-def agent() -> CollabGRPOStage:
-    return CollabGRPOStage(kind="collab_grpo", model="m", max_episode_tokens=600, **SHARED)
+def agent() -> OnlineGRPOStage:
+    return STAGES["collab"](kind="collab_grpo", model="m", max_episode_tokens=600, **SHARED)
 
 
 def test_both_kinds_extend_one_schema_and_keep_their_defaults() -> None:
-    for kind in (GRPOStage, CollabGRPOStage):
+    for kind in (GRPOStage, STAGES["collab"]):
         assert issubclass(kind, PolicyOptimStage)
         assert set(PolicyOptimStage.model_fields) <= set(kind.model_fields)
-    grpo, collab = GRPOStage(kind="grpo", model="m", data="d"), CollabGRPOStage(kind="collab_grpo", model="m")
+    grpo, collab = GRPOStage(kind="grpo", model="m", data="d"), STAGES["collab"](kind="collab_grpo", model="m")
     assert (grpo.lr, grpo.max_steps, grpo.batch_size, grpo.rollouts, grpo.kl_coef) == (1e-6, 200, 64, 8, 0.003)
     assert (collab.lr, collab.max_steps, collab.batch_size, collab.rollouts, collab.kl_coef) == (1e-5, 50, 2, 4, 0.0)
     assert (grpo.response_budget, collab.response_budget) == (1024, 1024)
@@ -51,7 +51,7 @@ def test_both_kinds_extend_one_schema_and_keep_their_defaults() -> None:
 def test_one_trl_builder_gives_both_kinds_the_same_grpo_arguments(tmp_path: Path) -> None:
     ctx = TrainContext(tmp_path, "s", 0, "none", "run")
     shared = grpo_args(reflector(), ctx, [1.0])
-    mine = collab_args(agent(), ctx)
+    mine = online_args(agent(), ctx)
     assert mine.pop("generation_kwargs") == {"max_new_tokens": agent().max_turn_tokens}  # the agent's reply cap
     assert mine.pop("reward_weights") == agent().reward.as_list()
     assert shared.pop("reward_weights") == [1.0]
@@ -63,7 +63,7 @@ def test_one_trl_builder_gives_both_kinds_the_same_grpo_arguments(tmp_path: Path
 def test_one_verl_builder_gives_both_kinds_the_same_policy_overrides(tmp_path: Path) -> None:
     where = {"model_path": "m", "out_dir": tmp_path, "experiment": "x"}
     reflector_keys = dict(o.split("=", 1) for o in grpo_overrides(reflector(), data_dir=tmp_path / "d", **where))
-    agent_keys = dict(o.split("=", 1) for o in collab_overrides(agent(), **where))
+    agent_keys = dict(o.split("=", 1) for o in online_overrides(agent(), **where))
     policy = [k for k in reflector_keys if k.startswith(("algorithm.", "actor_rollout_ref.", "trainer."))]
     assert "actor_rollout_ref.actor.loss_scale_factor" in policy and len(policy) > 25
     differ = {k for k in policy if reflector_keys[k] != agent_keys.get(k)}
@@ -80,6 +80,6 @@ def test_a_stage_override_comes_last(stage, tmp_path: Path) -> None:
     out = (
         grpo_overrides(chosen, data_dir=tmp_path, **where)
         if isinstance(chosen, GRPOStage)
-        else collab_overrides(chosen, **where)
+        else online_overrides(chosen, **where)
     )
     assert out[-1] == "trainer.save_freq=3"

@@ -1,82 +1,30 @@
-"""The recipe stage `collab_grpo`: multi-turn GRPO of the agent inside the collab environment (TRL on one node, or
-verl on GPU clusters through its agent loop)."""
+"""The recipe stages of online RL: `<world>_grpo` for every world the registry says trains online (`collab_grpo`,
+`tod_grpo`): multi-turn GRPO of the policy inside the world (TRL on one node, or verl on GPU clusters through its
+agent loop). One schema, `OnlineGRPOStage`; each world's stage adds its kind and the types of its `env` (the rows
+and their episodes) and `reward` (the parts and their weights), both from `memrl.envs.registry`."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create_model, model_validator
 
-from memrl.core.schema import StrictModel
-from memrl.envs.collab.config import CollabEvalConfig
-from memrl.envs.collab.prompts import ReplyFormat
-from memrl.envs.collab.rows import RowAgent
-from memrl.rewards.collab_episode import EpisodeRewardWeights
-from memrl.rollout.config import ModelConfig, SamplingConfig
+from memrl.envs.online import OnlineConfig
+from memrl.envs.registry import online, online_worlds
+from memrl.rewards.episode import PartWeights
 from memrl.train.config import PolicyOptimStage
 
-
-class CollabRLConfig(StrictModel):
-    """The sessions a policy trains on: train-split users and problems (disjoint from `memrl eval collab`'s)."""
-
-    task: str = Field(default="arith", description="problem set: arith (shipped), math-500, logiqa, mmlu, medqa, ...")
-    problems: Path | None = Field(default=None, description="local JSON/JSONL/parquet or cache folder; default: hub")
-    eval_problems: PositiveInt = Field(default=100, description="problems held out for eval, never trained on")
-    resplit: bool = Field(
-        default=False, description="as `memrl eval collab --resplit`: set it the same way on both, or they overlap"
-    )
-    users: PositiveInt = Field(default=8, description="train users, each with a persona and three preferences")
-    sessions: PositiveInt = Field(default=4, description="problems per user: rows are users x sessions")
-    max_turns: PositiveInt = Field(default=4, description="agent replies per episode")
-    agent: RowAgent = Field(
-        default="none", description="what the policy knows of the user: nothing, or its stated preferences"
-    )
-    reply: ReplyFormat = Field(
-        default="json", description="how the policy replies: json (the agent's contract) | text (the message alone)"
-    )
-    preferences: list[str] | None = Field(
-        default=None, description="users hold only these preference ids (train and held-out alike); default: all 20"
-    )
-    simulator: Literal["rule", "llm"] = Field(default="rule", description="the user: rule (checkers) | llm")
-    user_model: ModelConfig | None = Field(default=None, description="the LLM user's model (simulator: llm)")
-    user_sampling: SamplingConfig = SamplingConfig(temperature=1.0, max_tokens=256, seed=0)
-    seed: int = Field(default=0, description="seed of users, problems and the rule user")
-    workers: PositiveInt | None = Field(
-        default=None, description="step the episodes' users on this many Ray actors; null: in-process"
-    )
-    ray_address: str | None = Field(default=None, description="Ray cluster of the actors; default: a local Ray")
-
-    @model_validator(mode="after")
-    def _user_model_for_llm(self) -> CollabRLConfig:
-        if self.simulator == "llm" and self.user_model is None:
-            raise ValueError("simulator llm needs a user_model")
-        return self
-
-    def eval_config(self) -> CollabEvalConfig:
-        """The evaluation config whose train split these rows are drawn from."""
-        return CollabEvalConfig(
-            task=self.task,
-            problems=self.problems,
-            split="train",
-            eval_problems=self.eval_problems,
-            resplit=self.resplit,
-            users=self.users,
-            sessions=self.sessions,
-            seed=self.seed,
-            reply=self.reply,
-            preferences=self.preferences,
-        )
+ENV_HELP, REWARD_HELP = "the sessions and the simulated user", "weights of the reward parts"
 
 
-class CollabGRPOStage(PolicyOptimStage):
-    """The policy is the agent: each GRPO group plays one session (user, problem, knowledge) `rollouts` times."""
+class OnlineGRPOStage(PolicyOptimStage):
+    """The policy plays the world: each GRPO group plays one row (a session) `rollouts` times."""
 
-    kind: Literal["collab_grpo"]
-    env: CollabRLConfig = Field(default_factory=CollabRLConfig, description="the sessions and the simulated user")
-    reward: EpisodeRewardWeights = Field(
-        default_factory=EpisodeRewardWeights, description="weights of the reward parts"
-    )
+    layout_kind: ClassVar[str] = "online_grpo"  # how every world's stage holds its GPUs (train/placement.py)
+
+    kind: str
+    env: OnlineConfig = Field(description=ENV_HELP)
+    reward: PartWeights = Field(description=REWARD_HELP)
     lr: PositiveFloat = 1e-5
     max_steps: PositiveInt = 50
     batch_size: PositiveInt = Field(default=2, description="sessions per step")
@@ -90,20 +38,47 @@ class CollabGRPOStage(PolicyOptimStage):
     )
 
     @property
+    def world(self) -> str:
+        """The world the stage plays (its kind is `<world>_grpo`)."""
+        return self.kind.removesuffix("_grpo")
+
+    @property
     def response_budget(self) -> int:
         return self.max_episode_tokens
 
     @model_validator(mode="after")
-    def _one_reply_fits(self) -> CollabGRPOStage:
+    def _one_reply_fits(self) -> OnlineGRPOStage:
         if self.max_episode_tokens <= self.max_turn_tokens:
             raise ValueError("max_episode_tokens must exceed max_turn_tokens: no reply would fit")
         return self
 
     @model_validator(mode="after")
-    def _actors_for_trl(self) -> CollabGRPOStage:
+    def _actors_for_trl(self) -> OnlineGRPOStage:
         if self.trainer == "verl" and self.env.workers is not None:
             raise ValueError(
                 "env.workers is for trainer trl: verl already runs each episode inside its own AgentLoopWorker Ray "
                 "actors; remove env.workers"
             )
         return self
+
+
+def online_stage(world: str) -> type[OnlineGRPOStage]:
+    """The schema of world `world`'s stage, `<world>_grpo`: its `env` and `reward` are the world's own types."""
+    entry = online(world)
+    config, reward = entry.config, entry.reward
+    kind = f"{world}_grpo"
+    required = any(field.is_required() for field in config.model_fields.values())  # no default env to fall back on
+    env = Field(description=ENV_HELP) if required else Field(default_factory=config, description=ENV_HELP)
+    schema = create_model(
+        f"{world.title()}GRPOStage",
+        __base__=OnlineGRPOStage,
+        __doc__=OnlineGRPOStage.__doc__,
+        kind=(Literal[kind], ...),
+        env=(config, env),
+        reward=(reward, Field(default_factory=reward, description=REWARD_HELP)),
+    )
+    return schema
+
+
+# world -> its stage's schema
+STAGES: dict[str, type[OnlineGRPOStage]] = {name: online_stage(name) for name in online_worlds()}

@@ -27,6 +27,9 @@ from memrl.train.online.chat_tokens import TurnTokens
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+STATUSES = ("done", "failed", "over_budget")  # how a trajectory's episode ended (TRL's `episode_status` extra field)
+REPLIES_CUT = "replies_cut"  # the share of an episode's replies cut at the reply budget (its extra field, its metric)
+
 # token ids of each context -> (sampled ids of each, their log-probabilities or None)
 Generate = Callable[[list[list[int]]], tuple[list[list[int]], list[list[float]] | None]]
 # one episode's context -> (the reply's sampled ids, their log-probabilities or None)

@@ -14,7 +14,7 @@ from memrl.train.stage_run import CURVES_FILE, StageRun, sessions
 
 if TYPE_CHECKING:
     from memrl.train.config import GRPOStage, SFTStage
-    from memrl.train.online.config import CollabGRPOStage
+    from memrl.train.online.config import OnlineGRPOStage
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,14 @@ def _grpo(stage: GRPOStage, where: StageRun, base: str, data: Path) -> Path:
     return train_grpo(stage, base, data, where.train_context(), where.console)
 
 
-def _collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -> Path:
-    from memrl.train.trl.collab import train_collab_grpo
+def _online(stage: OnlineGRPOStage, where: StageRun, base: str, data: Path) -> Path:
+    from memrl.train.trl.online import train_online_grpo
 
-    return train_collab_grpo(stage, base, where.train_context())  # plays its own sessions: no data folder
+    return train_online_grpo(stage, base, where.train_context())  # plays its own sessions: no data folder
 
 
 SFT = TrlTrainer(_sft, lambda stage, base, data: f"TRL SFTTrainer on {base}, data {data / 'sft'}")
 GRPO = TrlTrainer(_grpo, lambda stage, base, data: f"TRL GRPOTrainer from {stage.init or base}, data {data / 'rl'}")
-COLLAB_GRPO = TrlTrainer(
-    _collab, lambda stage, base, data: f"TRL GRPOTrainer from {stage.init or base}: {sessions(stage)}", CURVES_FILE
+ONLINE_GRPO = TrlTrainer(
+    _online, lambda stage, base, data: f"TRL GRPOTrainer from {stage.init or base}: {sessions(stage)}", CURVES_FILE
 )

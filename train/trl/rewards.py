@@ -9,14 +9,14 @@ adapter holds no code of its own per part. One adapter serves every batch reward
 one scoring of each batch and TRL calls them one after another on the same batch, so each part scorer runs once per
 batch: the first function scores it, the others read the cached parts. Every scorer's batch metrics are logged
 (`reward/judge_failed`, `reward/notes_tokens`, `reward/outcome_failed`: counts and means, averaged over the logging
-step). The collab episode's parts (`episode_funcs`) need no scorer: each reads the finished episode's record.
+step). An online world's episode parts (`episode_funcs`) need no scorer: each reads the finished episode's record.
 
 A sample a scorer could not score (its judge failed after its retries, its next session failed) gets None from that
 scorer's functions. TRL 1.16 (`GRPOTrainer._generate_and_score_completions`) marks a row whose every function
 returned None unscorable: its reward is NaN, the group mean and std are nan-aware (computed over the scored samples
 only) and its advantage is 0, exactly as if it were absent from the group. verl gets the same through
 `memrl.train.verl.advantage`. An `UnscoredWatch`, when given, sees each batch's count of samples without a reward
-and stops the run once they keep coming. An episode the collab rollout could not finish (a user simulator failure,
+and stops the run once they keep coming. An episode the online rollout could not finish (a user simulator failure,
 the token budget) has no record: every episode function returns None for it.
 """
 
@@ -27,13 +27,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES, Record, episode_parts
 from memrl.rewards.config import RewardConfig
+from memrl.rewards.episode import PartWeights, Record
 from memrl.rewards.parts import RewardPart, Sample, score_parts
 from memrl.rewards.registry import reflection_parts
 from memrl.rewards.unscored import UnscoredWatch
 from memrl.train.distributed import world_size
 from memrl.train.endpoints import per_process
+from memrl.train.online.rollout import REPLIES_CUT, STATUSES
 from memrl.train.rewards import outcome_part  # noqa: F401  (registers the next-session outcome)
 
 # TRL 1.16 accepts async reward functions, but its `RewardFunc` alias names only sync ones.
@@ -141,23 +142,23 @@ def grpo_rewards(
     return reflection_funcs(parts, watch), [p.weight for p in parts]
 
 
-def _episode_part(name: str) -> RewardFunc:
+def _episode_part(weights: type[PartWeights], name: str) -> RewardFunc:
     def reward(completions: Sequence[Any], episode: Sequence[Record | None], **kwargs: Any) -> list[float | None]:
-        if name == "task_success":  # counted once per batch, where the rewards are
+        if name == weights.names()[0]:  # counted once per batch, where the rewards are
             statuses = kwargs.get("episode_status") or []
             for status in STATUSES:
                 _log(kwargs, f"episode/{status}", float(sum(s == status for s in statuses)))
             if cut := [float(c) for c in kwargs.get(REPLIES_CUT) or [] if c is not None]:
                 _log(kwargs, f"episode/{REPLIES_CUT}", sum(cut) / len(cut))
-        return [None if record is None else episode_parts(record)[name] for record in episode]
+        return [None if record is None else weights.parts(record)[name] for record in episode]
 
     reward.__name__ = name  # TRL logs each function as rewards/<__name__>/mean
     return reward
 
 
-def episode_funcs() -> list[RewardFunc]:
-    """The collab episode reward: one sync TRL function per part, in `PARTS` order (the order of
-    `EpisodeRewardWeights.as_list`). Each reads the episode record the rollout forwards as the extra field `episode`;
-    `task_success` also logs how many episodes of the batch ended each way (`episode/<status>`) and the share of
-    replies cut at the reply budget (`episode/replies_cut`)."""
-    return [_episode_part(name) for name in PARTS]
+def episode_funcs(weights: type[PartWeights]) -> list[RewardFunc]:
+    """An online world's episode reward: one sync TRL function per part of `weights`, in their order (the order of
+    `as_list`). Each reads the episode record the rollout forwards as the extra field `episode`; the first part's also
+    logs how many episodes of the batch ended each way (`episode/<status>`) and the share of replies cut at the reply
+    budget (`episode/replies_cut`)."""
+    return [_episode_part(weights, name) for name in weights.names()]

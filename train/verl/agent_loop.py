@@ -1,15 +1,17 @@
-"""verl's agent loop `memrl_collab`: one collab episode per sample, played against verl's async rollout server.
+"""verl's agent loop `memrl_<world>` (`memrl_collab`, `memrl_tod`): one episode of an online world per sample, played
+against verl's async rollout server.
 
-verl (0.9.1, `verl.experimental.agent_loop`) builds one loop per sample of a row whose `agent_name` is
-`memrl_collab` and awaits `run`. The episode is played exactly as the TRL rollout plays it (`Player`): the policy's
+verl (0.9.1, `verl.experimental.agent_loop`) builds one loop per sample of a row whose `agent_name` names it and
+awaits `run`; the one loop class is registered under every online world's name (memrl.envs.registry), and reads its
+world from the row's settings. The episode is played exactly as the TRL rollout plays it (`Player`): the policy's
 replies are the tokens the server sampled (response mask 1), the user's turns are rendered by the chat template
 (`TurnTokens`, response mask 0), each reply is capped at `max_turn_tokens` (vLLM's `max_tokens`) and the episode at
 verl's `response_length` (status `over_budget`). The reward is computed here, from the finished episode's record:
 `reward_score` is the weighted sum of the parts, so verl's reward loop is never asked; an episode that did not finish
 scores NaN, which the `memrl_grpo` advantage estimator leaves out of its group (as TRL leaves out a None reward).
 Each part, the episode's status and its record travel as `reward_extra_info`: verl logs them per validation step
-(`val-aux/memrl_collab/<part>/mean@N`). verl's V1 trainer writes each training sample to `trainer.rollout_data_dir`
-with its score and TransferQueue key only, so the loop records the parts under that key beside it (`collab_rollouts`).
+(`val-aux/memrl_<world>/<part>/mean@N`). verl's V1 trainer writes each training sample to `trainer.rollout_data_dir`
+with its score and TransferQueue key only, so the loop records the parts under that key beside it (`online_rollouts`).
 The fields verl's server client returns (`min_global_steps` / `max_global_steps`: the weights a trajectory was sampled
 with, which V1 tags each sample with and its metrics read) are merged across the episode's replies as verl's own
 tool loop merges them, never dropped.
@@ -33,24 +35,24 @@ from verl.experimental.agent_loop.tool_agent_loop import SPEC_DECODE_EXTRA_KEYS
 from verl.utils.profiler import simple_timer
 
 from memrl.core.process_cache import ProcessCache
-from memrl.envs.collab.rows import CollabEpisodes
-from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES, EpisodeRewardWeights, episode_parts
+from memrl.envs.registry import online_worlds
+from memrl.rewards.episode import PartWeights
 from memrl.train.online.chat_tokens import TurnTokens
-from memrl.train.online.episodes import collab_episodes
-from memrl.train.online.rollout import AsyncGenerate, Player, Trajectory
-from memrl.train.verl.collab_data import AGENT_NAME, LoopSettings
-from memrl.train.verl.collab_rollouts import record_parts, sample_key
+from memrl.train.online.episodes import InProcess, in_process
+from memrl.train.online.rollout import REPLIES_CUT, STATUSES, AsyncGenerate, Player, Trajectory
+from memrl.train.verl.online_data import LoopSettings, agent_name
+from memrl.train.verl.online_rollouts import record_parts, sample_key
 
 log = logging.getLogger(__name__)
 
 # One environment per process and settings, one TurnTokens per tokenizer: verl builds a loop for every sample.
-_SOURCES: ProcessCache[str, CollabEpisodes] = ProcessCache()
+_SOURCES: ProcessCache[str, InProcess] = ProcessCache()
 _TURNS: ProcessCache[int, TurnTokens] = ProcessCache()
 
 
-def episode_reward(t: Trajectory, weights: EpisodeRewardWeights) -> tuple[float, dict[str, Any]]:
+def episode_reward(t: Trajectory, weights: PartWeights) -> tuple[float, dict[str, Any]]:
     """(the weighted reward, NaN without a record; each part, the status flags and the episode, for verl's logs)."""
-    parts: dict[str, float | None] = episode_parts(t.record) if t.record is not None else dict.fromkeys(PARTS)
+    parts = weights.parts(t.record) if t.record is not None else dict.fromkeys(weights.names())
     score = math.nan if t.record is None else weights.total(parts)
     info: dict[str, Any] = dict(parts)
     info |= {f"episode_{status}": float(t.status == status) for status in STATUSES}
@@ -79,14 +81,14 @@ async def play_episode(
     `cap` fits the opening to the prompt budget."""
     t = await player.play_one(spec, generate, cap)
     if t.status == "failed":
-        log.warning("a collab episode failed (no reward): %s", t.error)
+        log.warning("an episode failed (no reward): %s", t.error)
     return t
 
 
-def _source(settings: str) -> CollabEpisodes:
-    def build() -> CollabEpisodes:
+def _source(settings: str) -> InProcess:
+    def build() -> InProcess:
         loaded = LoopSettings.load(settings, os.environ)
-        return collab_episodes(loaded.env, loaded.max_turn_tokens)
+        return in_process(loaded.env, loaded.max_turn_tokens)
 
     return _SOURCES.get(settings, build)
 
@@ -95,9 +97,9 @@ def _turns(tokenizer: Any) -> TurnTokens:
     return _TURNS.get(id(tokenizer), lambda: TurnTokens.of(tokenizer))
 
 
-@register(AGENT_NAME)
-class CollabAgentLoop(AgentLoopBase):
-    """A whole collab session per sample: the row's `extra_info` holds its `episode` spec and loop `settings`."""
+class OnlineAgentLoop(AgentLoopBase):
+    """A whole episode per sample: the row's `extra_info` holds its `episode` spec and loop `settings` (the world
+    among them)."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         extra = kwargs["extra_info"]
@@ -148,3 +150,7 @@ class CollabAgentLoop(AgentLoopBase):
             # the keys verl's other loops always set, so a batch mixing loops concatenates
             extra_fields=fields | {"reward_extra_info": info, "turn_scores": [], "tool_rewards": []},
         )
+
+
+for _world in online_worlds():  # one name per world: its rows select it, and verl groups their metrics by it
+    register(agent_name(_world))(OnlineAgentLoop)

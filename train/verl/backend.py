@@ -1,6 +1,6 @@
 """verl: a stage becomes a command line, checked against verl's own config on CPU, run into the stage's `final/`.
 
-One command builder for the three stage kinds (`sft`, `grpo`, `collab_grpo`): each names its overrides, the
+One command builder for the three stage kinds (`sft`, `grpo`, online `<world>_grpo`): each names its overrides, the
 endpoints a multi-node run must reach and what its environment adds. `--dry-run` prints the command `run` executes.
 """
 
@@ -20,9 +20,9 @@ from memrl.train.stage_run import CURVES_FILE, StageRun
 
 if TYPE_CHECKING:
     from memrl.rollout.probe import Endpoint
-    from memrl.train.online.config import CollabGRPOStage
+    from memrl.train.online.config import OnlineGRPOStage
 
-PARTS_CURVES_FILE = "reward_parts.png"  # a collab_grpo stage's reward parts per step
+PARTS_CURVES_FILE = "reward_parts.png"  # an online stage's reward parts per step
 RAY_JOB_OVERRIDE = "+ray_kwargs.ray_init.address=auto"
 
 
@@ -111,14 +111,15 @@ def grpo_command(stage: GRPOStage, where: StageRun, base: str, data: Path, dry_r
     return _command("grpo", stage, overrides, model_path, lambda: job_env(stage), stage_endpoints(stage))
 
 
-def collab_command(stage: CollabGRPOStage, where: StageRun, base: str, data: Path, dry_run: bool) -> VerlCommand:
-    """The reflector's GRPO command with the `memrl_collab` agent loop: the LLM user's key and the unscored stop."""
+def online_command(stage: OnlineGRPOStage, where: StageRun, base: str, data: Path, dry_run: bool) -> VerlCommand:
+    """The reflector's GRPO command with the world's agent loop (`memrl_<world>`): the LLM user's key and the
+    unscored stop."""
     from memrl.rewards.config import UnscoredStop
-    from memrl.train.verl.collab_overrides import collab_overrides, loop_settings, user_endpoints
     from memrl.train.verl.command import unscored_job_env
+    from memrl.train.verl.online_overrides import loop_settings, online_overrides, user_endpoints
 
     model_path, adapter = verl_start(stage.init or base, where.planned, dry_run)
-    overrides = collab_overrides(stage, **_run_args(where, model_path), lora_adapter_path=adapter)
+    overrides = online_overrides(stage, **_run_args(where, model_path), lora_adapter_path=adapter)
     users = user_endpoints(stage)
     env = lambda: loop_settings(stage).user_key() | unscored_job_env(UnscoredStop(), users)  # noqa: E731
     return _command("grpo", stage, overrides, model_path, env, users)
@@ -161,33 +162,34 @@ def run_grpo(stage: GRPOStage, where: StageRun, base: str, data: Path) -> None:
     run_command(command, where, base=portable_ref(command.model_path), trainer="verl-grpo", lora=stage.lora)
 
 
-def run_collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -> None:
+def run_online(stage: OnlineGRPOStage, where: StageRun, base: str, data: Path) -> None:
     """Write the sessions as agent-loop data into `data`, run verl, and chart the reward parts (a failed run's
     too)."""
     from memrl.train.online.charts import outcome_chart
     from memrl.train.online.episodes import episode_rows
-    from memrl.train.verl.collab_data import EVAL_FILE, TRAIN_FILE, agent_rows, write_rows
-    from memrl.train.verl.collab_overrides import ROLLOUTS_SUBDIR, loop_settings
-    from memrl.train.verl.collab_rollouts import rollout_history
+    from memrl.train.verl.online_data import EVAL_FILE, TRAIN_FILE, agent_rows, write_rows
+    from memrl.train.verl.online_overrides import ROLLOUTS_SUBDIR, loop_settings
+    from memrl.train.verl.online_rollouts import rollout_history
 
     out = where.out_dir
-    rows = agent_rows(episode_rows(stage.env), loop_settings(stage))  # a bad task or problem file fails here
-    # verl validates (greedily) on the training sessions; held-out users are `memrl eval collab`'s.
+    rows = agent_rows(episode_rows(stage.env), loop_settings(stage))  # a bad task or data folder fails here
+    # verl validates (greedily) on the training sessions; held-out ones are the world's evaluation's.
     for file in (TRAIN_FILE, EVAL_FILE):
         write_rows(rows, data / file)
-    command = collab_command(stage, where, base, data, dry_run=False)
+    command = online_command(stage, where, base, data, dry_run=False)
+    trainer = f"verl-{stage.world}-grpo"
     try:
-        run_command(command, where, base=portable_ref(command.model_path), trainer="verl-collab-grpo", lora=stage.lora)
+        run_command(command, where, base=portable_ref(command.model_path), trainer=trainer, lora=stage.lora)
     finally:  # the parts of a failed run are worth seeing too (a stopped one's: when it resumes)
         if not interrupts.stopping():
-            title = f"{where.recipe}: {where.stage} reward parts (verl)"
-            outcome_chart(rollout_history(out / ROLLOUTS_SUBDIR), out / PARTS_CURVES_FILE, title)
+            title, parts = f"{where.recipe}: {where.stage} reward parts (verl)", stage.reward.names()
+            outcome_chart(rollout_history(out / ROLLOUTS_SUBDIR, parts), out / PARTS_CURVES_FILE, title, parts)
     where.console.print(
         f"{where.stage}: checkpoint {out / 'final'}; reward parts per step in {out / PARTS_CURVES_FILE}"
     )
 
 
-def placement_lines(stage: SFTStage | GRPOStage | CollabGRPOStage, base: str) -> list[str]:
+def placement_lines(stage: SFTStage | GRPOStage | OnlineGRPOStage, base: str) -> list[str]:
     """The stage's `placement:` block (memrl.train.placement): GPUs and memory fraction per model; a plan that
     cannot fit the node is refused here, in one line."""
     from memrl.train.placement import stage_plan
@@ -201,7 +203,7 @@ def _shown(command: VerlCommand) -> str:
     return format_command(command.argv)
 
 
-def budget_lines(stage: SFTStage | GRPOStage | CollabGRPOStage) -> list[str]:
+def budget_lines(stage: SFTStage | GRPOStage | OnlineGRPOStage) -> list[str]:
     """How the stage's micro batches are packed by tokens, with the arithmetic (memrl.train.verl.overrides)."""
     from memrl.train.verl.overrides import policy_budget, sft_budget
 
@@ -219,12 +221,14 @@ def describe_grpo(stage: GRPOStage, where: StageRun, base: str, data: Path) -> l
     return [command, *budget_lines(stage), *placement_lines(stage, base)]
 
 
-def describe_collab(stage: CollabGRPOStage, where: StageRun, base: str, data: Path) -> list[str]:
+def describe_online(stage: OnlineGRPOStage, where: StageRun, base: str, data: Path) -> list[str]:
     from memrl.train.stage_run import sessions
+    from memrl.train.verl.online_data import agent_name
 
+    loop = agent_name(stage.world)
     return [
-        f"verl agent loop memrl_collab from {stage.init or base}: {sessions(stage)}; sessions written to {data}",
-        _shown(collab_command(stage, where, base, data, dry_run=True)),
+        f"verl agent loop {loop} from {stage.init or base}: {sessions(stage)}; sessions written to {data}",
+        _shown(online_command(stage, where, base, data, dry_run=True)),
         *budget_lines(stage),
         *placement_lines(stage, base),
     ]

@@ -15,11 +15,12 @@ def evaluate_collab(cfg: CollabEvalConfig, out: Path, console: Console) -> dict[
     from memrl.core.runfolder import claim
     from memrl.envs.collab.metrics import write_report
     from memrl.envs.collab.problems import get_task
-    from memrl.envs.collab.runner import collab_run, finished_sessions
+    from memrl.envs.collab.runner import finished_sessions
+    from memrl.envs.registry import evaluation
 
     get_task(cfg.task)  # an unknown task fails here, before any model starts
     claim(out, cfg, may_change=RESUMABLE_CHANGES)
-    run = collab_run(cfg, out, console)
+    run = evaluation("collab")(cfg, out, console)
     metrics = write_report(finished_sessions(run, out), out, failed=run.failed)
     summary = {k: metrics.get(k) for k in ("task_success", "user_effort", "length", "sessions", "users")}
     summary |= {"failed": len(run.failed), "pending": run.pending, "retried": run.retried}

@@ -40,13 +40,14 @@ def _setup(cfg: PahfEvalConfig) -> dict[str, Any]:
 def evaluate_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> dict[str, Any]:
     from memrl.core.runfolder import claim
     from memrl.envs.pahf.protocol import LeftOut, compute_metrics, plot_curves
-    from memrl.envs.pahf.runner import TASKS_FILE, finished_tasks, run_pahf
+    from memrl.envs.pahf.runner import TASKS_FILE, finished_tasks
+    from memrl.envs.registry import evaluation
     from memrl.envs.run_records import FAILED_FILE
 
     cfg.domain_dir()  # a missing --data fails before any model or Ray starts
     claim(out, cfg, may_change=RESUMABLE_CHANGES)
     left_out = LeftOut()  # scenarios without a gold: named on the console and under metrics' `problems`
-    run = run_pahf(cfg, out, console, left_out)
+    run = evaluation("pahf")(cfg, out, console, left_out)
     tasks = {"planned": run.planned, "finished": len(run.records), "failed": len(run.failed), "retried": run.retried}
     metrics = compute_metrics(finished_tasks(run, out)) | {"tasks": tasks, "setup": _setup(cfg)}
     if left_out.scenarios:

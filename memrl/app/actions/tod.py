@@ -123,11 +123,12 @@ def _fusion_unsaved(out: Path, cfg: TodEvalConfig) -> set[str]:
 
 def evaluate_tod(cfg: TodEvalConfig, out: Path, console: Console) -> dict[str, Any]:
     from memrl.core.runfolder import claim
+    from memrl.envs.registry import evaluation
     from memrl.envs.tod.formats import LoadProblems
     from memrl.envs.tod.metrics import RECALL_KS, compute_metrics
     from memrl.envs.tod.ranking import side_by_side
     from memrl.envs.tod.retrieval import resolve_alpha
-    from memrl.envs.tod.runner import SESSIONS_FILE, finished_sessions, run_tod
+    from memrl.envs.tod.runner import SESSIONS_FILE, finished_sessions
     from memrl.train.curves import RECALL_AT_K, recall_chart
     from memrl.train.judger.evaluate import print_summary
 
@@ -136,7 +137,7 @@ def evaluate_tod(cfg: TodEvalConfig, out: Path, console: Console) -> dict[str, A
     cfg = cfg.model_copy(update={"alpha": alpha})  # the run's config records the alpha it fused with
     claim(out, cfg, may_change=RESUMABLE_CHANGES | _fusion_unsaved(out, cfg))
     problems = LoadProblems()
-    run = run_tod(cfg, out, console, problems)
+    run = evaluation("tod")(cfg, out, console, problems)
     sessions = finished_sessions(run, out)
     metrics = compute_metrics(sessions) | {"setup": _setup(cfg, alpha_source), "problems": problems.summary()}
     metrics["side_by_side"] = side_by_side(metrics, RECALL_KS)

@@ -65,6 +65,7 @@ def list_rewards(as_json: Annotated[bool, typer.Option("--json", help="one JSON 
     from rich.console import Console
     from rich.table import Table
 
+    import memrl.envs.registry
     import memrl.train.rewards  # noqa: F401  (registers the rewards that play an environment)
     from memrl.rewards.registry import listed
 

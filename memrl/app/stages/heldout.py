@@ -17,7 +17,7 @@ from memrl.core.errors import ConfigError
 from memrl.core.schema import StrictModel
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.train.heldout import METRICS, PLOT_FILE, REPORT_KEY, heldout_config
-from memrl.train.online.config import CollabGRPOStage
+from memrl.train.online.config import OnlineGRPOStage
 
 
 class CollabHeldoutStage(StrictModel):
@@ -33,18 +33,18 @@ class CollabHeldoutStage(StrictModel):
     resamples: PositiveInt = Field(default=2000, description="bootstrap resamples of the paired differences")
 
 
-def _training(stage: CollabHeldoutStage, ctx: RunContext, name: str) -> CollabGRPOStage:
+def _training(stage: CollabHeldoutStage, ctx: RunContext, name: str) -> OnlineGRPOStage:
     found = ctx.needs.get(stage.train)
-    if not isinstance(found, CollabGRPOStage):
+    if not isinstance(found, OnlineGRPOStage) or found.world != "collab":
         raise ConfigError(f"stage {name}: train={stage.train!r} must name a collab_grpo stage of this recipe")
     return found
 
 
-def _config(stage: CollabHeldoutStage, training: CollabGRPOStage) -> CollabEvalConfig:
+def _config(stage: CollabHeldoutStage, training: OnlineGRPOStage) -> CollabEvalConfig:
     return heldout_config(training, users=stage.users, sessions=stage.sessions, workers=stage.workers)
 
 
-def _models(stage: CollabHeldoutStage, training: CollabGRPOStage, ctx: RunContext) -> dict[str, str]:
+def _models(stage: CollabHeldoutStage, training: OnlineGRPOStage, ctx: RunContext) -> dict[str, str]:
     return {"base": ctx.model_ref(stage.base or training.model), "trained": ctx.model_ref(stage.trained)}
 
 

@@ -12,7 +12,7 @@ from memrl.app.actions.collab import EVAL_COLLAB
 from memrl.app.actions.judger import EVAL_JUDGER
 from memrl.app.actions.pahf import EVAL_PAHF, PAHF_DATA
 from memrl.app.actions.tod import EVAL_TOD, JUDGER_DATA, TOD_DATA
-from memrl.app.stages import collab_rl, generate, heldout, judger, pull_models, reflection, training
+from memrl.app.stages import generate, heldout, judger, online_rl, pull_models, reflection, training
 from memrl.app.stages.actions import action_stage
 from memrl.app.stages.base import StageKind
 
@@ -25,7 +25,7 @@ _KINDS: tuple[StageKind[Any], ...] = (
     reflection.REFLECTION_DATA,
     training.SFT,
     training.GRPO,
-    collab_rl.COLLAB_GRPO,
+    *online_rl.ONLINE_KINDS,  # `<world>_grpo` for every world of memrl.envs.registry that trains online
     reflection.EXPORT,
     heldout.COLLAB_HELDOUT,
     reflection.EVAL_REFLECTOR,

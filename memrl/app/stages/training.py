@@ -19,13 +19,13 @@ from memrl.app.stages.spawn import plan_trl, run_trl
 from memrl.train.config import GRPOStage, PolicyOptimStage, SFTStage
 from memrl.train.hf_trainer import TrainContext, is_finished, resume_point
 from memrl.train.llamafactory import backend as lf
-from memrl.train.online.config import CollabGRPOStage
+from memrl.train.online.config import OnlineGRPOStage
 from memrl.train.placement import trainer_cluster
 from memrl.train.stage_run import StageRun
 from memrl.train.trl import backend as trl_backend
 from memrl.train.verl import backend as verl
 
-S = TypeVar("S", SFTStage, GRPOStage, CollabGRPOStage)
+S = TypeVar("S", SFTStage, GRPOStage, OnlineGRPOStage)
 Backend = Callable[[S, StageRun, str, Path], Any]  # a train/ backend's run or describe: (stage, where, base, data)
 
 

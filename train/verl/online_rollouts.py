@@ -1,4 +1,4 @@
-"""The reward parts of a verl collab run, per training step, from the samples verl dumps to `rollout_data_dir`.
+"""The reward parts of a verl online run, per training step, from the samples verl dumps to `rollout_data_dir`.
 
 verl 0.9.1 logs a loop's `reward_extra_info` as metrics only at validation; during training it writes every sample
 with its score to `<rollout_data_dir>/<step>.jsonl`. The legacy trainer adds the extra info to each line; the V1
@@ -15,11 +15,12 @@ import json
 import math
 import os
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from memrl.rewards.collab_episode import PARTS, REPLIES_CUT, STATUSES
+from memrl.train.online.rollout import REPLIES_CUT, STATUSES
 
 PARTS_SUBDIR = "parts"
 
@@ -48,9 +49,9 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _step_row(step: int, samples: list[dict[str, Any]]) -> dict[str, Any]:
+def _step_row(step: int, samples: list[dict[str, Any]], parts: Sequence[str]) -> dict[str, Any]:
     row: dict[str, Any] = {"step": step}
-    for part in PARTS:
+    for part in parts:
         values = [float(s[part]) for s in samples if s.get(part) is not None]
         if values:
             row[f"rewards/{part}/mean"] = fmean(values)
@@ -64,8 +65,9 @@ def _step_row(step: int, samples: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def rollout_history(folder: Path) -> list[dict[str, Any]]:
-    """One row per step dumped in `folder`, in step order; lines a killed run cut short are skipped."""
+def rollout_history(folder: Path, parts: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per step dumped in `folder` (the reward `parts` of the stage's world), in step order; lines a killed
+    run cut short are skipped."""
     recorded = {r["uid"]: r for path in sorted((folder / PARTS_SUBDIR).glob("*.jsonl")) for r in _jsonl(path)}
     rows = []
     for path in sorted(folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1):
@@ -74,5 +76,5 @@ def rollout_history(folder: Path) -> list[dict[str, Any]]:
         # verl's own line wins (its score is the one trained on); the recorded parts fill in what it lacks
         samples = [recorded.get(s.get("uid"), {}) | s for s in _jsonl(path)]
         if samples:
-            rows.append(_step_row(int(path.stem), samples))
+            rows.append(_step_row(int(path.stem), samples, parts))
     return rows

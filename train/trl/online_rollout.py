@@ -20,8 +20,7 @@ from typing import Any
 
 from memrl.core.asyncs import close_loop
 from memrl.core.files import atomic_write_text
-from memrl.rewards.collab_episode import REPLIES_CUT
-from memrl.train.online.rollout import Generate, Player, Trajectory
+from memrl.train.online.rollout import REPLIES_CUT, Generate, Player, Trajectory
 
 EPISODES_FILE = "episodes.jsonl"
 

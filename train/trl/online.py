@@ -1,4 +1,5 @@
-"""`collab_grpo` on TRL: GRPO of the agent on whole collab sessions with a simulated user, on one node (CPU ok)."""
+"""Online GRPO on TRL (`collab_grpo`, `tod_grpo`): the policy trained on whole episodes of a world with its simulated
+user, on one node (CPU ok)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,17 @@ from memrl.train.endpoints import per_process
 from memrl.train.hf_trainer import TrainContext, apply_overrides, resume_point
 from memrl.train.online.charts import outcome_chart
 from memrl.train.online.chat_tokens import TurnTokens
-from memrl.train.online.config import CollabGRPOStage
+from memrl.train.online.config import OnlineGRPOStage
 from memrl.train.online.episodes import episode_rows, episode_source
 from memrl.train.online.rollout import Player
 from memrl.train.stage_run import CURVES_FILE
-from memrl.train.trl.collab_rollout import EPISODES_FILE, EpisodeLog, EpisodeRollout
 from memrl.train.trl.common import save_final
 from memrl.train.trl.grpo import grpo_args, policy_model
+from memrl.train.trl.online_rollout import EPISODES_FILE, EpisodeLog, EpisodeRollout
 from memrl.train.trl.rewards import episode_funcs
 
 
-def collab_args(stage: CollabGRPOStage, ctx: TrainContext) -> dict[str, Any]:
+def online_args(stage: OnlineGRPOStage, ctx: TrainContext) -> dict[str, Any]:
     """The GRPO fields every stage shares, plus TRL's generation cap: one agent reply (max_completion_length is the
     whole episode's budget)."""
     return grpo_args(stage, ctx, stage.reward.as_list()) | {
@@ -32,7 +33,7 @@ def collab_args(stage: CollabGRPOStage, ctx: TrainContext) -> dict[str, Any]:
     }
 
 
-def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext) -> Path:
+def train_online_grpo(stage: OnlineGRPOStage, base_model: str, ctx: TrainContext) -> Path:
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig
@@ -40,9 +41,9 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
     from memrl.train.trl.fused_head import project_labelled_tokens_only
     from memrl.train.trl.sampling import PolicySamplingGRPOTrainer
 
-    rows = episode_rows(stage.env)  # a bad task or problem file fails here, before any model loads
+    rows = episode_rows(stage.env)  # a bad task, problem file or data folder fails here, before any model loads
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(stage.init or base_model))
-    config = GRPOConfig(**apply_overrides(GRPOConfig, collab_args(stage, ctx), stage.overrides, ctx.stage))
+    config = GRPOConfig(**apply_overrides(GRPOConfig, online_args(stage, ctx), stage.overrides, ctx.stage))
     model, lora, base = policy_model(stage, base_model)
     project_labelled_tokens_only()
     with contextlib.ExitStack() as stack:  # the episodes' actors (env.workers) and clients end with the run
@@ -58,7 +59,7 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
             trainer = PolicySamplingGRPOTrainer(
                 model=model,
-                reward_funcs=[*episode_funcs()],
+                reward_funcs=[*episode_funcs(type(stage.reward))],
                 args=config,
                 train_dataset=Dataset.from_dict({"prompt": rows}),
                 processing_class=tokenizer,
@@ -69,5 +70,6 @@ def train_collab_grpo(stage: CollabGRPOStage, base_model: str, ctx: TrainContext
             trainer.train(resume_from_checkpoint=resumed)
         finally:  # a failed run's curves are worth seeing too; a stopped one's are drawn when it resumes
             if trainer.is_world_process_zero() and not interrupts.stopping():
-                outcome_chart(trainer.state.log_history, ctx.out_dir / CURVES_FILE, f"{ctx.run_name}: reward parts")
-    return save_final(trainer, tokenizer, ctx, base=base, trainer_name="trl-collab-grpo")
+                title, parts = f"{ctx.run_name}: reward parts", stage.reward.names()
+                outcome_chart(trainer.state.log_history, ctx.out_dir / CURVES_FILE, title, parts)
+    return save_final(trainer, tokenizer, ctx, base=base, trainer_name=f"trl-{stage.world}-grpo")
