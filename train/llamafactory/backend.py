@@ -25,6 +25,7 @@ from memrl.core.files import read_json
 from memrl.core.outcomes import require_data
 from memrl.core.yamlsafe import load_yaml
 from memrl.train import loopback
+from memrl.train.backends import StageRunner
 from memrl.train.config import LoraConfig, SFTStage
 from memrl.train.distributed import ranks_env
 from memrl.train.placement import trainer_cluster, trainer_env
@@ -318,3 +319,6 @@ def describe(stage: SFTStage, where: StageRun, base: str, data: Path) -> list[st
     _stage_yaml(stage, where, base, data, dry_run=True)  # refuses knobs LLaMA-Factory lacks, here too
     env = " ".join(f"{k}={v}" for k, v in cli_env(stage, cpu=False).items())
     return [f"{env} llamafactory-cli train {where.out_dir / YAML_FILE}", stage_plan(stage, base).text()]
+
+
+SFT = StageRunner(run, describe)
