@@ -17,7 +17,7 @@ from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind
 from memrl.app.stages.spawn import plan_trl, run_trl
 from memrl.train import backends
-from memrl.train.backends import InProcessRunner, TrainedKind, TrainerBackend
+from memrl.train.backends import InProcessRunner, StageRunner, TrainedKind, TrainerBackend
 from memrl.train.config import GRPOStage, PolicyOptimStage, SFTStage
 from memrl.train.hf_trainer import TrainContext, is_finished, resume_point
 from memrl.train.online.config import OnlineGRPOStage
@@ -25,7 +25,6 @@ from memrl.train.stage_run import StageRun
 from memrl.train.verl import backend as verl
 
 S = TypeVar("S", SFTStage, GRPOStage, OnlineGRPOStage)
-Backend = Callable[[S, StageRun, str, Path], Any]  # a train/ backend's run or describe: (stage, where, base, data)
 
 
 def stage_run(ctx: RunContext, name: str) -> StageRun:
@@ -79,27 +78,32 @@ class Trainer(Generic[S]):
             require_data(data / file, "training data", "run the reflection_data stage first, or name its folder")
 
 
-def backend(run: Backend[S], describe: Backend[S], files: tuple[str, ...] = (), *, wandb: bool = False) -> Trainer[S]:
+def own_processes_entry(runner: StageRunner, files: tuple[str, ...], *, wandb: bool) -> Trainer[Any]:
     """The entry of a backend whose runner starts its own processes; `wandb`: it reads wandb's variables
     (`wandb_defaults`) when it runs or plans."""
 
-    def adapt(fn: Backend[S]) -> Callable[[S, RunContext, str, str, Path], Any]:
-        def call(stage: S, ctx: RunContext, name: str, base: str, data: Path) -> Any:
+    def adapt(fn: Callable[[Any, StageRun, str, Path], Any]) -> Callable[[Any, RunContext, str, str, Path], Any]:
+        def call(stage: Any, ctx: RunContext, name: str, base: str, data: Path) -> Any:
             if wandb:
                 wandb_defaults(ctx)
             return fn(stage, stage_run(ctx, name), base, data)
 
         return call
 
-    return Trainer(adapt(run), adapt(describe), files)
+    return Trainer(adapt(runner.run), adapt(runner.describe), files)
 
 
-def accelerate_entry(trainer: InProcessRunner, files: tuple[str, ...] = ()) -> Trainer[Any]:
+def accelerate_entry(trainer: InProcessRunner, files: tuple[str, ...], *, wandb: bool) -> Trainer[Any]:
     """The entry of a backend that trains in this process: in-process, or one process per GPU under `accelerate
-    launch` (memrl.app.stages.spawn)."""
+    launch` (memrl.app.stages.spawn); `wandb`: it reads wandb's variables when it trains."""
+
+    def where(ctx: RunContext, name: str) -> StageRun:
+        if wandb:
+            wandb_defaults(ctx)
+        return stage_run(ctx, name)
 
     def run(stage: Any, ctx: RunContext, name: str, base: str, data: Path) -> None:
-        final = run_trl(stage, ctx, name, lambda: trainer.train(stage, _trl_run(ctx, name), base, data))
+        final = run_trl(stage, ctx, name, lambda: trainer.train(stage, where(ctx, name), base, data))
         chart = f"; reward parts per step in {ctx.stage_dir(name) / trainer.parts_chart}" if trainer.parts_chart else ""
         ctx.console.print(f"{name}: checkpoint {final}{chart}")
 
@@ -109,22 +113,18 @@ def accelerate_entry(trainer: InProcessRunner, files: tuple[str, ...] = ()) -> T
     return Trainer(run, describe, files)
 
 
-def _trl_run(ctx: RunContext, name: str) -> StageRun:
-    wandb_defaults(ctx)
-    return stage_run(ctx, name)
-
-
 def entry(found: TrainerBackend, kind: TrainedKind) -> Trainer[Any]:
     """The app's entry of one backend for one stage kind, as the backend declares it (memrl.train.backends)."""
     runner = kind.load()
     if found.launch == "accelerate":
-        return accelerate_entry(runner, kind.files)
-    return backend(runner.run, runner.describe, kind.files, wandb=found.wandb_env)
+        return accelerate_entry(runner, kind.files, wandb=found.wandb_env)
+    return own_processes_entry(runner, kind.files, wandb=found.wandb_env)
 
 
 def trainers(kind: str) -> dict[str, Trainer[Any]]:
     """Stage kind `kind`'s table: each registered backend that trains it -> its entry."""
-    return {name: entry(backends.backend(name), backends.backend(name).kinds[kind]) for name in backends.names(kind)}
+    found = {name: backends.backend(name) for name in backends.names(kind)}
+    return {name: entry(backend, backend.kinds[kind]) for name, backend in found.items()}
 
 
 def trainer_of(stage: Any) -> tuple[TrainerBackend, Trainer[Any]]:
