@@ -22,22 +22,22 @@ from pydantic import (
 
 from memrl.core.schema import StrictModel
 from memrl.rewards.config import RewardConfig, UnscoredStop
-from memrl.train import backends
+from memrl.train import registry
 from memrl.train.placement import Placement
 
-# A stage's `trainer`: the backends of memrl.train.backends that train its kind, as a Literal (the JSON schema, the
+# A stage's `trainer`: the backends of memrl.train.registry that train its kind, as a Literal (the JSON schema, the
 # CLI's choices and the error naming the allowed ones); a backend registered later passes the field's validator.
 if TYPE_CHECKING:
     SFTTrainer: TypeAlias = str
     GRPOTrainer: TypeAlias = str
     OnlineTrainer: TypeAlias = str
 else:
-    SFTTrainer, GRPOTrainer, OnlineTrainer = (Literal[backends.names(k)] for k in ("sft", "grpo", "online_grpo"))
+    SFTTrainer, GRPOTrainer, OnlineTrainer = (Literal[registry.names(k)] for k in ("sft", "grpo", "online_grpo"))
 
 
 def trainers_help(kind: str) -> str:
     """`<name>: <summary>` of each backend that trains `kind`."""
-    return "; ".join(f"{name}: {backends.backend(name).summary}" for name in backends.names(kind))
+    return "; ".join(f"{name}: {registry.backend(name).summary}" for name in registry.names(kind))
 
 
 class LoraConfig(StrictModel):
@@ -96,7 +96,7 @@ class SFTStage(StrictModel):
     @field_validator("trainer", mode="wrap")
     @classmethod
     def _registered(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        return backends.admit("sft")(value, handler)
+        return registry.admit("sft")(value, handler)
 
     @field_serializer("trainer")
     def _name(self, trainer: str) -> str:  # a backend registered later is no name of the Literal
@@ -138,7 +138,7 @@ class PolicyOptimStage(StrictModel):
     @classmethod
     def _registered(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         """A backend that trains the stage's kind (every world's `<world>_grpo` is `online_grpo`)."""
-        return backends.admit(getattr(cls, "layout_kind", "grpo"))(value, handler)
+        return registry.admit(getattr(cls, "layout_kind", "grpo"))(value, handler)
 
     @field_serializer("trainer")
     def _name(self, trainer: str) -> str:  # a backend registered later is no name of the Literal

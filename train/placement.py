@@ -7,7 +7,7 @@ vLLM's `--gpu-memory-utilization` as `memory_fraction`. The trainer gets the GPU
 those (`trainer_env`). A plan that cannot fit is refused in one line: fractions over 1 on a GPU, a model whose bf16
 weights (estimated from the parameter count in its name) exceed its GPUs' memory share, a reserved GPU the node does
 not have, or no GPU left to train on. `stage_plan` is the plan of a stage for the trainer it selects: the `Layout` its
-backend declares for the stage's kind (train/backends.py).
+backend declares for the stage's kind (train/registry.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pydantic import Discriminator, Field, NonNegativeInt, PositiveFloat, Tag, f
 from memrl.core.errors import ConfigError
 from memrl.core.schema import StrictModel
 from memrl.rollout.config import VLLMModelConfig
-from memrl.train.backends import stage_backend
+from memrl.train.registry import stage_backend
 
 DEFAULT_GPU_MEMORY_GIB = 80.0
 BYTES_PER_PARAM = 2  # bf16 weights, as vLLM and verl load these models

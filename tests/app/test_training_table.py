@@ -1,4 +1,4 @@
-"""The training stage kinds read one registry (memrl.train.backends): every trainer a schema allows has an entry in
+"""The training stage kinds read one registry (memrl.train.registry): every trainer a schema allows has an entry in
 its kind's table, and the verl stages of both GRPO kinds ship to a Ray job by one rule."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import tomllib
 
 from memrl.app.stages import online_rl, training
 from memrl.app.stages.base import StageKind
-from memrl.train.backends import BACKENDS, backend
+from memrl.train.registry import BACKENDS, backend
 
 
 @pytest.mark.parametrize(

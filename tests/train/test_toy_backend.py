@@ -15,10 +15,10 @@ from support import memrl_in_process
 
 from memrl.app.config import Recipe
 from memrl.app.stages import training
-from memrl.train import backends
-from memrl.train.backends import StageRunner, TrainedKind, TrainerBackend
+from memrl.train import registry
 from memrl.train.config import SFTStage
 from memrl.train.placement import Layout, layout, stage_plan
+from memrl.train.registry import StageRunner, TrainedKind, TrainerBackend
 from memrl.train.stage_run import StageRun
 
 TOY_LAYOUT = Layout("policy (toy, one process)", weights="replicated")
@@ -45,7 +45,7 @@ def toy(monkeypatch: pytest.MonkeyPatch) -> TrainerBackend:
         summary="a test's trainer",
         kinds={"sft": TrainedKind(f"{module.__name__}:SFT", TOY_LAYOUT, files=("toy.jsonl",))},
     )
-    monkeypatch.setitem(backends.BACKENDS, "toy", found)
+    monkeypatch.setitem(registry.BACKENDS, "toy", found)
     return found
 
 

@@ -1,7 +1,7 @@
 """LLaMA-Factory: SFT as the YAML `llamafactory-cli train` reads (`backend`), run in its own environment (`venv`)."""
 
-from memrl.train.backends import TrainedKind, TrainerBackend
 from memrl.train.placement import Layout
+from memrl.train.registry import TrainedKind, TrainerBackend
 
 BACKEND = TrainerBackend(
     name="llamafactory",

@@ -25,11 +25,11 @@ from memrl.core.files import read_json
 from memrl.core.outcomes import require_data
 from memrl.core.yamlsafe import load_yaml
 from memrl.train import loopback
-from memrl.train.backends import StageRunner
 from memrl.train.config import LoraConfig, SFTStage
 from memrl.train.distributed import ranks_env
 from memrl.train.placement import trainer_cluster, trainer_env
 from memrl.train.processes import run_logged
+from memrl.train.registry import StageRunner
 from memrl.train.stage_run import StageRun
 
 TRAIN_DATASET = "memrl_reflection_train"

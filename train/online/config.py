@@ -20,7 +20,7 @@ ENV_HELP, REWARD_HELP = "the sessions and the simulated user", "weights of the r
 class OnlineGRPOStage(PolicyOptimStage):
     """The policy plays the world: each GRPO group plays one row (a session) `rollouts` times."""
 
-    layout_kind: ClassVar[str] = "online_grpo"  # its kind to the trainer backends (train/backends.py)
+    layout_kind: ClassVar[str] = "online_grpo"  # its kind to the trainer backends (train/registry.py)
 
     trainer: OnlineTrainer = Field(default="trl", description=trainers_help("online_grpo"))
     kind: str

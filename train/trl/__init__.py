@@ -1,8 +1,8 @@
 """TRL, in this process (CPU, one GPU, or one rank of an `accelerate launch`): SFT, GRPO and the collab agent's
 online GRPO, their reward functions, and the stage runner (`backend`)."""
 
-from memrl.train.backends import TrainedKind, TrainerBackend
 from memrl.train.placement import Layout
+from memrl.train.registry import TrainedKind, TrainerBackend
 
 LAYOUT = Layout("policy (TRL, one process per GPU)", weights="replicated")
 BACKEND = TrainerBackend(

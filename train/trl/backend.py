@@ -1,6 +1,6 @@
 """TRL: a training stage in this process (CPU, one GPU, or one rank of the `accelerate launch` the app starts).
 
-Per stage kind an `InProcessRunner` (memrl.train.backends): `train` returns the stage's `final/`, `what` says what
+Per stage kind an `InProcessRunner` (memrl.train.registry): `train` returns the stage's `final/`, `what` says what
 it trains, in words.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memrl.train.backends import InProcessRunner
+from memrl.train.registry import InProcessRunner
 from memrl.train.stage_run import CURVES_FILE, StageRun, sessions
 
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ processes import by name live here too: its entry (`main`), reward function (`re
 
 from typing import Any
 
-from memrl.train.backends import JobGpus, TrainedKind, TrainerBackend
 from memrl.train.placement import Layout
+from memrl.train.registry import JobGpus, TrainedKind, TrainerBackend
 
 ROLLOUT = Layout("policy (verl actor + rollout)", rollout=True)
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from memrl.core import interrupts
 from memrl.core.checkpoints import adapter_base, final_dir, is_adapter, portable_ref, resolve_model
-from memrl.train.backends import JobGpus, StageRunner
 from memrl.train.config import GRPOStage, LoraConfig, SFTStage
 from memrl.train.placement import trainer_cluster, trainer_env
+from memrl.train.registry import JobGpus, StageRunner
 from memrl.train.stage_run import CURVES_FILE, StageRun
 
 if TYPE_CHECKING:

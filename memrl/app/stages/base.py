@@ -44,7 +44,7 @@ def inprocess_gpus(stage: Any, models: Mapping[str, Any]) -> int:
     as an evaluation's policy): the widest tensor parallelism among them; 0: none, or a trainer that hosts them
     (verl). `memrl launch` asks Ray for these and `memrl preflight` counts them: one number for both."""
     from memrl.rollout.config import VLLMModelConfig
-    from memrl.train.backends import stage_backend
+    from memrl.train.registry import stage_backend
 
     if (found := stage_backend(stage)) is not None and found[0].hosts_vllm:
         return 0

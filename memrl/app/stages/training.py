@@ -1,5 +1,5 @@
 """`sft` and `grpo`: one schema each (memrl.train.config), handed to the trainer backend the stage selects
-(memrl.train.backends: its package declares its runner per kind, data files, launch, resume and Ray-job hook).
+(memrl.train.registry: its package declares its runner per kind, data files, launch, resume and Ray-job hook).
 
 Each kind's table is derived from the registry; this module adds what only the app knows: the `StageRun` built from
 the run context, wandb's environment, a finished or half-done stage, and the spawn under accelerate (spawn.py).
@@ -16,11 +16,11 @@ from typing import Any, Generic, TypeVar
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind
 from memrl.app.stages.spawn import plan_trl, run_trl
-from memrl.train import backends
-from memrl.train.backends import InProcessRunner, StageRunner, TrainedKind, TrainerBackend
+from memrl.train import registry
 from memrl.train.config import GRPOStage, PolicyOptimStage, SFTStage
 from memrl.train.hf_trainer import TrainContext, is_finished, resume_point
 from memrl.train.online.config import OnlineGRPOStage
+from memrl.train.registry import InProcessRunner, StageRunner, TrainedKind, TrainerBackend
 from memrl.train.stage_run import StageRun
 from memrl.train.verl import backend as verl
 
@@ -114,7 +114,7 @@ def accelerate_entry(trainer: InProcessRunner, files: tuple[str, ...], *, wandb:
 
 
 def entry(found: TrainerBackend, kind: TrainedKind) -> Trainer[Any]:
-    """The app's entry of one backend for one stage kind, as the backend declares it (memrl.train.backends)."""
+    """The app's entry of one backend for one stage kind, as the backend declares it (memrl.train.registry)."""
     runner = kind.load()
     if found.launch == "accelerate":
         return accelerate_entry(runner, kind.files, wandb=found.wandb_env)
@@ -123,13 +123,13 @@ def entry(found: TrainerBackend, kind: TrainedKind) -> Trainer[Any]:
 
 def trainers(kind: str) -> dict[str, Trainer[Any]]:
     """Stage kind `kind`'s table: each registered backend that trains it -> its entry."""
-    found = {name: backends.backend(name) for name in backends.names(kind)}
+    found = {name: registry.backend(name) for name in registry.names(kind)}
     return {name: entry(backend, backend.kinds[kind]) for name, backend in found.items()}
 
 
 def trainer_of(stage: Any) -> tuple[TrainerBackend, Trainer[Any]]:
     """The backend the stage selects and its entry for the stage's kind."""
-    found = backends.stage_backend(stage)
+    found = registry.stage_backend(stage)
     assert found is not None, f"{stage.trainer} trains no {stage.kind} stage"  # the schema's validator refused it
     return found[0], entry(*found)
 
@@ -196,7 +196,7 @@ def planner(data: DataOf = _artifact) -> Callable[[S, RunContext, str], list[str
 
 def job(stage: Any, raw: dict[str, Any], name: str, dashboard: str) -> Job:
     """A training stage inside a Ray job: its backend adapts the stage's entry and says what the job needs."""
-    found = backends.stage_backend(stage)
+    found = registry.stage_backend(stage)
     assert found is not None, f"{stage.trainer} trains no {stage.kind} stage"
     needs = found[0].job(stage, raw, dashboard)
     return Job(gpus=needs.gpus, gpus_if_any=needs.gpus_if_any)

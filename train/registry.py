@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from memrl.train.placement import Layout
-    from memrl.train.stage_run import StageRun
 
 # name -> the package whose `BACKEND` declares it (or the `TrainerBackend` itself). The order is the schema's.
 BACKENDS: dict[str, str | TrainerBackend] = {
@@ -31,10 +30,11 @@ BACKENDS: dict[str, str | TrainerBackend] = {
 @dataclass(frozen=True)
 class StageRunner:
     """A stage runner of a backend that starts its own processes: `run` trains (stage, where, base model, data
-    folder), `describe` says what it would do, as lines."""
+    folder), `describe` says what it would do, as lines. `where` is a `stage_run.StageRun`, not named here: the
+    stage run reads the online stages' schema, which reads the worlds, and the stage schemas read this table."""
 
-    run: Callable[[Any, StageRun, str, Path], None]
-    describe: Callable[[Any, StageRun, str, Path], list[str]]
+    run: Callable[[Any, Any, str, Path], None]
+    describe: Callable[[Any, Any, str, Path], list[str]]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class InProcessRunner:
     """A stage runner of a backend that trains in this process (`launch: accelerate`): the app runs `train` here or
     in each process of the `accelerate launch` it starts."""
 
-    train: Callable[[Any, StageRun, str, Path], Path]  # (stage, where, base model, data folder) -> final/
+    train: Callable[[Any, Any, str, Path], Path]  # (stage, where, base model, data folder) -> final/
     what: Callable[[Any, str, Path], str]  # (stage, base model, data folder) -> the description
     parts_chart: str = ""  # the reward-parts chart it draws in the stage folder, told with the checkpoint
 
