@@ -7,13 +7,37 @@ LLaMA-Factory YAML). Knobs one trainer lacks are refused there with a clear line
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidatorFunctionWrapHandler,
+    field_serializer,
+    field_validator,
+)
 
 from memrl.core.schema import StrictModel
 from memrl.rewards.config import RewardConfig, UnscoredStop
+from memrl.train import registry
 from memrl.train.placement import Placement
+
+# A stage's `trainer`: the backends of memrl.train.registry that train its kind, as a Literal (the JSON schema, the
+# CLI's choices and the error naming the allowed ones); a backend registered later passes the field's validator.
+if TYPE_CHECKING:
+    SFTTrainer: TypeAlias = str
+    GRPOTrainer: TypeAlias = str
+    OnlineTrainer: TypeAlias = str
+else:
+    SFTTrainer, GRPOTrainer, OnlineTrainer = (Literal[registry.names(k)] for k in ("sft", "grpo", "online_grpo"))
+
+
+def trainers_help(kind: str) -> str:
+    """`<name>: <summary>` of each backend that trains `kind`."""
+    return "; ".join(f"{name}: {registry.backend(name).summary}" for name in registry.names(kind))
 
 
 class LoraConfig(StrictModel):
@@ -48,7 +72,7 @@ class SFTStage(StrictModel):
     """Supervised warm-up on gold reflections (paper Table 5: lr 1e-6, 4 epochs, batch 64, cutoff 32768)."""
 
     kind: Literal["sft"]
-    trainer: Literal["trl", "verl", "llamafactory"] = "trl"
+    trainer: SFTTrainer = "trl"
     model: str = Field(description="a key of the recipe's `models`: the base model to fine-tune")
     data: str = Field(description="a reflection_data stage of this recipe, or a dataset folder it wrote")
     lora: LoraConfig | None = Field(default_factory=LoraConfig, description="null: full fine-tuning")
@@ -69,15 +93,22 @@ class SFTStage(StrictModel):
     )
     overrides: list[str] = Field(default_factory=list, description="extra trainer overrides, passed through")
 
+    @field_validator("trainer", mode="wrap")
+    @classmethod
+    def _registered(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return registry.admit("sft")(value, handler)
+
+    @field_serializer("trainer")
+    def _name(self, trainer: str) -> str:  # a backend registered later is no name of the Literal
+        return trainer
+
 
 class PolicyOptimStage(StrictModel):
     """What every GRPO stage (the reflector's `grpo`, the agent's `collab_grpo`) says about the policy, its groups
     and where it runs. Each kind adds its data and reward and sets the defaults that differ (lr, max_steps,
     batch_size, rollouts, kl_coef); `response_budget` is the tokens a sample may generate after its prompt."""
 
-    trainer: Literal["trl", "verl"] = Field(
-        default="trl", description="trl: in-process on CPU or one GPU, accelerate on several; verl: Ray and vLLM"
-    )
+    trainer: GRPOTrainer = Field(default="trl", description=trainers_help("grpo"))
     model: str = Field(description="a key of the recipe's `models`: the base model")
     init: str | None = Field(default=None, description="an sft stage of this recipe (or a checkpoint) to start from")
     lora: LoraConfig | None = Field(default_factory=LoraConfig, description="null: full fine-tuning")
@@ -102,6 +133,16 @@ class PolicyOptimStage(StrictModel):
     overrides: list[str] = Field(
         default_factory=list, description="extra GRPOConfig fields (trl) or Hydra overrides (verl), name=value"
     )
+
+    @field_validator("trainer", mode="wrap")
+    @classmethod
+    def _registered(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """A backend that trains the stage's kind (every world's `<world>_grpo` is `online_grpo`)."""
+        return registry.admit(getattr(cls, "layout_kind", "grpo"))(value, handler)
+
+    @field_serializer("trainer")
+    def _name(self, trainer: str) -> str:  # a backend registered later is no name of the Literal
+        return trainer
 
     @property
     @abstractmethod

@@ -6,7 +6,8 @@ runs either at an `endpoint` on another host (nothing reserved here) or on this 
 vLLM's `--gpu-memory-utilization` as `memory_fraction`. The trainer gets the GPUs left, and its processes see only
 those (`trainer_env`). A plan that cannot fit is refused in one line: fractions over 1 on a GPU, a model whose bf16
 weights (estimated from the parameter count in its name) exceed its GPUs' memory share, a reserved GPU the node does
-not have, or no GPU left to train on. `stage_plan` is the plan of a stage for the trainer it selects (`LAYOUTS`).
+not have, or no GPU left to train on. `stage_plan` is the plan of a stage for the trainer it selects: the `Layout` its
+backend declares for the stage's kind (train/registry.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pydantic import Discriminator, Field, NonNegativeInt, PositiveFloat, Tag, f
 from memrl.core.errors import ConfigError
 from memrl.core.schema import StrictModel
 from memrl.rollout.config import VLLMModelConfig
+from memrl.train.registry import stage_backend
 
 DEFAULT_GPU_MEMORY_GIB = 80.0
 BYTES_PER_PARAM = 2  # bf16 weights, as vLLM and verl load these models
@@ -157,31 +159,18 @@ class Layout:
 
 
 WEIGHTS = {"sharded": "weights sharded", "replicated": "full weights on each GPU"}
-VERL_ROLLOUT = Layout("policy (verl actor + rollout)", rollout=True)
-TRL = Layout("policy (TRL, one process per GPU)", weights="replicated")
-# (stage kind, trainer) -> its layout; the judger (no `trainer` key) is `judger_layout`.
-LAYOUTS: dict[tuple[str, str | None], Layout] = {
-    ("sft", "verl"): Layout("policy (verl SFT)"),
-    ("grpo", "verl"): VERL_ROLLOUT,
-    ("online_grpo", "verl"): VERL_ROLLOUT,  # every world's `<world>_grpo`
-    ("sft", "trl"): TRL,
-    ("grpo", "trl"): TRL,
-    ("online_grpo", "trl"): TRL,
-    # ZeRO-2 shards the optimizer state and gradients; each GPU keeps the whole model.
-    ("sft", "llamafactory"): Layout("policy (LLaMA-Factory under torchrun, ZeRO-2)", weights="replicated"),
-}
 
 
 def layout(stage: Any) -> Layout | None:
     """The layout of the trainer `stage` selects; None: the stage trains nothing."""
     if stage.kind == "judger":
         return Layout("judger (torchrun)", weights="sharded" if stage.deepspeed == "zero3" else "replicated")
-    kind = getattr(stage, "layout_kind", stage.kind)  # every world's `<world>_grpo` is laid out as `online_grpo`
-    return LAYOUTS.get((kind, getattr(stage, "trainer", None)))
+    found = stage_backend(stage)  # the backend declares a layout per kind it trains
+    return None if found is None else found[1].layout
 
 
 def stage_plan(stage: Any, policy: str | None, *, gpu_memory_gib: float | None = None) -> Plan:
-    """`plan` for the trainer the stage selects (see `LAYOUTS`)."""
+    """`plan` for the trainer the stage selects (its backend's `Layout`)."""
     how = layout(stage)
     if how is None:
         raise ConfigError(f"placement: a {stage.kind} stage trains nothing; it has no plan")

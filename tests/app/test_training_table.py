@@ -1,25 +1,26 @@
-"""The training stage kinds are a table: every trainer a schema allows has a backend entry, and the verl stages
-of both GRPO kinds ship to a Ray job by one rule."""
+"""The training stage kinds read one registry (memrl.train.registry): every trainer a schema allows has an entry in
+its kind's table, and the verl stages of both GRPO kinds ship to a Ray job by one rule."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, get_args
 
 import pytest
+import tomllib
 
 from memrl.app.stages import online_rl, training
 from memrl.app.stages.base import StageKind
-from memrl.app.stages.training import Trainer
+from memrl.train.registry import BACKENDS, backend
 
 
 @pytest.mark.parametrize(
-    ("kind", "table"),
-    [(training.SFT, training.SFT_TRAINERS), (training.GRPO, training.GRPO_TRAINERS),
-     (online_rl.online_kind("collab"), online_rl.TRAINERS)],
-)  # fmt: skip
-def test_every_trainer_the_schema_allows_has_a_backend(kind: StageKind[Any], table: dict[str, Trainer[Any]]) -> None:
+    ("kind", "trained"),
+    [(training.SFT, "sft"), (training.GRPO, "grpo"), (online_rl.online_kind("collab"), "online_grpo")],
+)
+def test_every_trainer_the_schema_allows_has_a_backend(kind: StageKind[Any], trained: str) -> None:
     allowed = get_args(kind.config.model_fields["trainer"].annotation)
-    assert sorted(allowed) == sorted(table)
+    assert allowed == tuple(training.trainers(trained))
 
 
 @pytest.mark.parametrize("kind", [training.GRPO, online_rl.online_kind("collab")])
@@ -36,3 +37,14 @@ def test_both_grpo_kinds_join_the_jobs_cluster_the_same_way(kind: StageKind[Any]
         assert raw == {"cluster": {"ray_address": "http://head:8265"}, "overrides": ["a=1"]}
     else:
         assert raw == {"cluster": {"ray_address": None}, "overrides": ["a=1", "+ray_kwargs.ray_init.address=auto"]}
+
+
+def test_every_registered_trainer_package_is_installed_and_independent() -> None:
+    """The third file a trainer touches: pyproject's package list and the trainers' independence contract."""
+    config = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    packages = config["tool"]["setuptools"]["packages"]
+    contracts = config["tool"]["importlinter"]["contracts"]
+    independent = next(c["modules"] for c in contracts if c["name"].startswith("Each trainer's package"))
+    for name, entry in BACKENDS.items():
+        assert isinstance(entry, str) and entry in packages and entry in independent, name
+        assert backend(name).name == name

@@ -29,6 +29,7 @@ from memrl.train.config import LoraConfig, SFTStage
 from memrl.train.distributed import ranks_env
 from memrl.train.placement import trainer_cluster, trainer_env
 from memrl.train.processes import run_logged
+from memrl.train.registry import StageRunner
 from memrl.train.stage_run import StageRun
 
 TRAIN_DATASET = "memrl_reflection_train"
@@ -318,3 +319,6 @@ def describe(stage: SFTStage, where: StageRun, base: str, data: Path) -> list[st
     _stage_yaml(stage, where, base, data, dry_run=True)  # refuses knobs LLaMA-Factory lacks, here too
     env = " ".join(f"{k}={v}" for k, v in cli_env(stage, cpu=False).items())
     return [f"{env} llamafactory-cli train {where.out_dir / YAML_FILE}", stage_plan(stage, base).text()]
+
+
+SFT = StageRunner(run, describe)

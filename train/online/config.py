@@ -12,7 +12,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create
 from memrl.envs.online import OnlineConfig
 from memrl.envs.registry import online, online_worlds
 from memrl.rewards.episode import PartWeights
-from memrl.train.config import PolicyOptimStage
+from memrl.train.config import OnlineTrainer, PolicyOptimStage, trainers_help
 
 ENV_HELP, REWARD_HELP = "the sessions and the simulated user", "weights of the reward parts"
 
@@ -20,8 +20,9 @@ ENV_HELP, REWARD_HELP = "the sessions and the simulated user", "weights of the r
 class OnlineGRPOStage(PolicyOptimStage):
     """The policy plays the world: each GRPO group plays one row (a session) `rollouts` times."""
 
-    layout_kind: ClassVar[str] = "online_grpo"  # how every world's stage holds its GPUs (train/placement.py)
+    layout_kind: ClassVar[str] = "online_grpo"  # its kind to the trainer backends (train/registry.py)
 
+    trainer: OnlineTrainer = Field(default="trl", description=trainers_help("online_grpo"))
     kind: str
     env: OnlineConfig = Field(description=ENV_HELP)
     reward: PartWeights = Field(description=REWARD_HELP)

@@ -1,27 +1,20 @@
 """TRL: a training stage in this process (CPU, one GPU, or one rank of the `accelerate launch` the app starts).
 
-Per stage kind a `TrlTrainer`: `train` returns the stage's `final/`, `what` says what it trains, in words.
+Per stage kind an `InProcessRunner` (memrl.train.registry): `train` returns the stage's `final/`, `what` says what
+it trains, in words.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from memrl.train.registry import InProcessRunner
 from memrl.train.stage_run import CURVES_FILE, StageRun, sessions
 
 if TYPE_CHECKING:
     from memrl.train.config import GRPOStage, SFTStage
     from memrl.train.online.config import OnlineGRPOStage
-
-
-@dataclass(frozen=True)
-class TrlTrainer:
-    train: Callable[[Any, StageRun, str, Path], Path]  # (stage, where, base model, data folder) -> final/
-    what: Callable[[Any, str, Path], str]  # (stage, base model, data folder) -> the description
-    parts_chart: str = ""  # the reward-parts chart it draws in the stage folder, told with the checkpoint
 
 
 def _sft(stage: SFTStage, where: StageRun, base: str, data: Path) -> Path:
@@ -42,8 +35,10 @@ def _online(stage: OnlineGRPOStage, where: StageRun, base: str, data: Path) -> P
     return train_online_grpo(stage, base, where.train_context())  # plays its own sessions: no data folder
 
 
-SFT = TrlTrainer(_sft, lambda stage, base, data: f"TRL SFTTrainer on {base}, data {data / 'sft'}")
-GRPO = TrlTrainer(_grpo, lambda stage, base, data: f"TRL GRPOTrainer from {stage.init or base}, data {data / 'rl'}")
-ONLINE_GRPO = TrlTrainer(
+SFT = InProcessRunner(_sft, lambda stage, base, data: f"TRL SFTTrainer on {base}, data {data / 'sft'}")
+GRPO = InProcessRunner(
+    _grpo, lambda stage, base, data: f"TRL GRPOTrainer from {stage.init or base}, data {data / 'rl'}"
+)
+ONLINE_GRPO = InProcessRunner(
     _online, lambda stage, base, data: f"TRL GRPOTrainer from {stage.init or base}: {sessions(stage)}", CURVES_FILE
 )

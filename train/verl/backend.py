@@ -16,6 +16,7 @@ from memrl.core import interrupts
 from memrl.core.checkpoints import adapter_base, final_dir, is_adapter, portable_ref, resolve_model
 from memrl.train.config import GRPOStage, LoraConfig, SFTStage
 from memrl.train.placement import trainer_cluster, trainer_env
+from memrl.train.registry import JobGpus, StageRunner
 from memrl.train.stage_run import CURVES_FILE, StageRun
 
 if TYPE_CHECKING:
@@ -53,6 +54,24 @@ def join_job_cluster(raw: dict[str, Any]) -> None:
     instead of starting its own Ray."""
     raw.setdefault("cluster", {})["ray_address"] = None
     raw["overrides"] = [*raw.get("overrides", []), RAY_JOB_OVERRIDE]
+
+
+def job(stage: SFTStage | GRPOStage | OnlineGRPOStage, raw: dict[str, Any], dashboard: str) -> JobGpus:
+    """A verl stage inside a Ray job: GRPO (the reflector's and every world's) joins the job's cluster instead of
+    starting its own Ray; SFT runs on the job's own node under torchrun, or on several nodes as its own Ray job."""
+    if not isinstance(stage, SFTStage):
+        # The reward function is named by module already (memrl.train.verl.rewards.reward_path), outcome included.
+        join_job_cluster(raw)
+        return JobGpus()
+    cluster = raw["cluster"]
+    if stage.cluster.nnodes > 1:
+        # verl's SFT on several nodes runs only as its own Ray job (sft_trainer_ray through `ray job submit`):
+        # hand it this cluster's job server.
+        cluster["ray_address"] = dashboard
+        return JobGpus()
+    cluster["ray_address"] = None
+    # torchrun on the job's own node, on the GPUs its placement plan leaves the trainer (not the served models')
+    return JobGpus(gpus=trainer_cluster(stage).gpus_per_node)
 
 
 # ---- the command ------------------------------------------------------------------------------------------------
@@ -232,3 +251,8 @@ def describe_online(stage: OnlineGRPOStage, where: StageRun, base: str, data: Pa
         *budget_lines(stage),
         *placement_lines(stage, base),
     ]
+
+
+SFT = StageRunner(run_sft, describe_sft)
+GRPO = StageRunner(run_grpo, describe_grpo)
+ONLINE_GRPO = StageRunner(run_online, describe_online)

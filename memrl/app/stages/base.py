@@ -41,11 +41,12 @@ def model_keys(stage: Any, models: Mapping[str, Any]) -> list[str]:
 
 def inprocess_gpus(stage: Any, models: Mapping[str, Any]) -> int:
     """GPUs the stage's own process takes for the vLLM engines it runs itself (`backend: vllm` models it names, such
-    as an evaluation's policy): the widest tensor parallelism among them; 0: none. verl hosts its own. `memrl
-    launch` asks Ray for these and `memrl preflight` counts them: one number for both."""
+    as an evaluation's policy): the widest tensor parallelism among them; 0: none, or a trainer that hosts them
+    (verl). `memrl launch` asks Ray for these and `memrl preflight` counts them: one number for both."""
     from memrl.rollout.config import VLLMModelConfig
+    from memrl.train.registry import stage_backend
 
-    if getattr(stage, "trainer", None) == "verl":
+    if (found := stage_backend(stage)) is not None and found[0].hosts_vllm:
         return 0
     engines = [models[k] for k in model_keys(stage, models) if isinstance(models[k], VLLMModelConfig)]
     return max((m.tensor_parallel_size for m in engines), default=0)

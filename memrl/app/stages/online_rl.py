@@ -9,29 +9,12 @@ run the same way as the reflector's verl GRPO (`--dry-run` prints it).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from memrl.app.context import RunContext
-from memrl.app.stages.base import Job, StageKind
-from memrl.app.stages.training import (
-    Trainer,
-    already_finished,
-    backend,
-    planner,
-    stage_run,
-    train,
-    trl_entry,
-    with_init,
-)
+from memrl.app.stages.base import StageKind
+from memrl.app.stages.training import already_finished, job, planner, stage_run, train, with_init
 from memrl.train.online.config import STAGES, OnlineGRPOStage
-from memrl.train.placement import trainer_cluster
-from memrl.train.trl import backend as trl_backend
 from memrl.train.verl import backend as verl
-
-TRAINERS: dict[str, Trainer[OnlineGRPOStage]] = {
-    "trl": trl_entry(trl_backend.ONLINE_GRPO),
-    "verl": backend(verl.run_online, verl.describe_online),
-}
 
 
 def _data(stage: OnlineGRPOStage, ctx: RunContext, name: str) -> Path:
@@ -63,20 +46,11 @@ def run(stage: OnlineGRPOStage, ctx: RunContext, name: str) -> None:
     from memrl.train.endpoints import stage_endpoints
 
     require_reachable(stage_endpoints(stage))  # the user model must answer before the first episode is played
-    train(TRAINERS, with_env_refs(stage, ctx), ctx, name, _data(stage, ctx, name))
+    train(with_env_refs(stage, ctx), ctx, name, _data(stage, ctx, name))
 
 
 def dry_run(stage: OnlineGRPOStage, ctx: RunContext, name: str) -> list[str]:
-    return planner(TRAINERS, _data)(with_env_refs(stage, ctx), ctx, name)
-
-
-def job(stage: OnlineGRPOStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
-    """Inside a Ray job, verl joins the job's cluster instead of starting its own Ray (as the reflector's GRPO); TRL
-    trains in the job's own processes, on GPUs where the cluster has some."""
-    if stage.trainer == "verl":
-        verl.join_job_cluster(raw)
-        return Job()
-    return Job(gpus_if_any=trainer_cluster(stage).gpus_per_node)
+    return planner(_data)(with_env_refs(stage, ctx), ctx, name)
 
 
 def online_kind(world: str) -> StageKind[OnlineGRPOStage]:

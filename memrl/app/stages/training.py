@@ -1,8 +1,8 @@
-"""`sft` and `grpo`: one schema each (memrl.train.config), handed to a trainer backend (`backend` of memrl.train.trl,
-.verl, .llamafactory).
+"""`sft` and `grpo`: one schema each (memrl.train.config), handed to the trainer backend the stage selects
+(memrl.train.registry: its package declares its runner per kind, data files, launch, resume and Ray-job hook).
 
-A table names each kind's backends; this module adds what only the app knows: the `StageRun` built from the run
-context, wandb's environment, a finished or half-done stage, and TRL's spawn under accelerate (spawn.py).
+Each kind's table is derived from the registry; this module adds what only the app knows: the `StageRun` built from
+the run context, wandb's environment, a finished or half-done stage, and the spawn under accelerate (spawn.py).
 """
 
 from __future__ import annotations
@@ -16,17 +16,15 @@ from typing import Any, Generic, TypeVar
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind
 from memrl.app.stages.spawn import plan_trl, run_trl
+from memrl.train import registry
 from memrl.train.config import GRPOStage, PolicyOptimStage, SFTStage
 from memrl.train.hf_trainer import TrainContext, is_finished, resume_point
-from memrl.train.llamafactory import backend as lf
 from memrl.train.online.config import OnlineGRPOStage
-from memrl.train.placement import trainer_cluster
+from memrl.train.registry import InProcessRunner, StageRunner, TrainedKind, TrainerBackend
 from memrl.train.stage_run import StageRun
-from memrl.train.trl import backend as trl_backend
 from memrl.train.verl import backend as verl
 
 S = TypeVar("S", SFTStage, GRPOStage, OnlineGRPOStage)
-Backend = Callable[[S, StageRun, str, Path], Any]  # a train/ backend's run or describe: (stage, where, base, data)
 
 
 def stage_run(ctx: RunContext, name: str) -> StageRun:
@@ -80,25 +78,32 @@ class Trainer(Generic[S]):
             require_data(data / file, "training data", "run the reflection_data stage first, or name its folder")
 
 
-def backend(run: Backend[S], describe: Backend[S], files: tuple[str, ...] = (), *, wandb: bool = False) -> Trainer[S]:
-    """A train/ backend's entry; `wandb`: it reads wandb's variables (`wandb_defaults`) when it runs or plans."""
+def own_processes_entry(runner: StageRunner, files: tuple[str, ...], *, wandb: bool) -> Trainer[Any]:
+    """The entry of a backend whose runner starts its own processes; `wandb`: it reads wandb's variables
+    (`wandb_defaults`) when it runs or plans."""
 
-    def adapt(fn: Backend[S]) -> Callable[[S, RunContext, str, str, Path], Any]:
-        def call(stage: S, ctx: RunContext, name: str, base: str, data: Path) -> Any:
+    def adapt(fn: Callable[[Any, StageRun, str, Path], Any]) -> Callable[[Any, RunContext, str, str, Path], Any]:
+        def call(stage: Any, ctx: RunContext, name: str, base: str, data: Path) -> Any:
             if wandb:
                 wandb_defaults(ctx)
             return fn(stage, stage_run(ctx, name), base, data)
 
         return call
 
-    return Trainer(adapt(run), adapt(describe), files)
+    return Trainer(adapt(runner.run), adapt(runner.describe), files)
 
 
-def trl_entry(trainer: trl_backend.TrlTrainer, files: tuple[str, ...] = ()) -> Trainer[Any]:
-    """TRL's entry: in-process, or one process per GPU under `accelerate launch` (memrl.app.stages.spawn)."""
+def accelerate_entry(trainer: InProcessRunner, files: tuple[str, ...], *, wandb: bool) -> Trainer[Any]:
+    """The entry of a backend that trains in this process: in-process, or one process per GPU under `accelerate
+    launch` (memrl.app.stages.spawn); `wandb`: it reads wandb's variables when it trains."""
+
+    def where(ctx: RunContext, name: str) -> StageRun:
+        if wandb:
+            wandb_defaults(ctx)
+        return stage_run(ctx, name)
 
     def run(stage: Any, ctx: RunContext, name: str, base: str, data: Path) -> None:
-        final = run_trl(stage, ctx, name, lambda: trainer.train(stage, _trl_run(ctx, name), base, data))
+        final = run_trl(stage, ctx, name, lambda: trainer.train(stage, where(ctx, name), base, data))
         chart = f"; reward parts per step in {ctx.stage_dir(name) / trainer.parts_chart}" if trainer.parts_chart else ""
         ctx.console.print(f"{name}: checkpoint {final}{chart}")
 
@@ -108,20 +113,25 @@ def trl_entry(trainer: trl_backend.TrlTrainer, files: tuple[str, ...] = ()) -> T
     return Trainer(run, describe, files)
 
 
-def _trl_run(ctx: RunContext, name: str) -> StageRun:
-    wandb_defaults(ctx)
-    return stage_run(ctx, name)
+def entry(found: TrainerBackend, kind: TrainedKind) -> Trainer[Any]:
+    """The app's entry of one backend for one stage kind, as the backend declares it (memrl.train.registry)."""
+    runner = kind.load()
+    if found.launch == "accelerate":
+        return accelerate_entry(runner, kind.files, wandb=found.wandb_env)
+    return own_processes_entry(runner, kind.files, wandb=found.wandb_env)
 
 
-SFT_TRAINERS: dict[str, Trainer[SFTStage]] = {
-    "trl": trl_entry(trl_backend.SFT, ("sft/train.jsonl", "sft/eval.jsonl")),
-    "verl": backend(verl.run_sft, verl.describe_sft, ("sft/train.parquet", "sft/eval.parquet")),
-    "llamafactory": backend(lf.run, lf.describe, wandb=True),
-}
-GRPO_TRAINERS: dict[str, Trainer[GRPOStage]] = {
-    "trl": trl_entry(trl_backend.GRPO, ("rl/train.jsonl",)),
-    "verl": backend(verl.run_grpo, verl.describe_grpo, ("rl/train.parquet", "rl/eval.parquet")),
-}
+def trainers(kind: str) -> dict[str, Trainer[Any]]:
+    """Stage kind `kind`'s table: each registered backend that trains it -> its entry."""
+    found = {name: registry.backend(name) for name in registry.names(kind)}
+    return {name: entry(backend, backend.kinds[kind]) for name, backend in found.items()}
+
+
+def trainer_of(stage: Any) -> tuple[TrainerBackend, Trainer[Any]]:
+    """The backend the stage selects and its entry for the stage's kind."""
+    found = registry.stage_backend(stage)
+    assert found is not None, f"{stage.trainer} trains no {stage.kind} stage"  # the schema's validator refused it
+    return found[0], entry(*found)
 
 
 def verl_command(stage: SFTStage | GRPOStage, ctx: RunContext, name: str, *, dry_run: bool) -> verl.VerlCommand:
@@ -157,49 +167,40 @@ def already_finished(ctx: RunContext, name: str) -> bool:
     return False
 
 
-def train(trainers: dict[str, Trainer[S]], stage: S, ctx: RunContext, name: str, data: Path) -> None:
+def train(stage: S, ctx: RunContext, name: str, data: Path) -> None:
     """Hand the stage to its trainer, its data checked first."""
-    if stage.trainer == "trl" and (point := resume_point(ctx.stage_dir(name))) is not None:
+    found, trainer = trainer_of(stage)
+    if found.resumes and (point := resume_point(ctx.stage_dir(name))) is not None:
         ctx.console.print(f"{name}: resuming from {point} (same seed, same data order)")
     stage = with_init(stage, ctx)
-    trainer = trainers[stage.trainer]
     trainer.require_data(data)
     trainer.run(stage, ctx, name, ctx.model_ref(stage.model), data)
 
 
-def runner(trainers: dict[str, Trainer[S]], data: DataOf = _artifact) -> Callable[[S, RunContext, str], None]:
+def runner(data: DataOf = _artifact) -> Callable[[S, RunContext, str], None]:
     def run(stage: S, ctx: RunContext, name: str) -> None:
         if not already_finished(ctx, name):
-            train(trainers, stage, ctx, name, data(stage, ctx, name))
+            train(stage, ctx, name, data(stage, ctx, name))
 
     return run
 
 
-def planner(trainers: dict[str, Trainer[S]], data: DataOf = _artifact) -> Callable[[S, RunContext, str], list[str]]:
+def planner(data: DataOf = _artifact) -> Callable[[S, RunContext, str], list[str]]:
     def dry_run(stage: S, ctx: RunContext, name: str) -> list[str]:
         stage = with_init(stage, ctx)
-        return trainers[stage.trainer].describe(stage, ctx, name, ctx.model_ref(stage.model), data(stage, ctx, name))
+        describe = trainer_of(stage)[1].describe
+        return describe(stage, ctx, name, ctx.model_ref(stage.model), data(stage, ctx, name))
 
     return dry_run
 
 
-def _job(stage: SFTStage | GRPOStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
-    if stage.trainer != "verl":  # TRL, LLaMA-Factory: the job's own processes train, on GPUs where there are some
-        return Job(gpus_if_any=trainer_cluster(stage).gpus_per_node)
-    if not isinstance(stage, SFTStage):
-        # The reward function is named by module already (memrl.train.verl.rewards.reward_path), outcome included.
-        verl.join_job_cluster(raw)
-        return Job()
-    cluster = raw["cluster"]
-    if stage.cluster.nnodes > 1:
-        # verl's SFT on several nodes runs only as its own Ray job (sft_trainer_ray through `ray job submit`):
-        # hand it this cluster's job server.
-        cluster["ray_address"] = dashboard
-        return Job()
-    cluster["ray_address"] = None
-    # torchrun on the job's own node, on the GPUs its placement plan leaves the trainer (not the served models')
-    return Job(gpus=trainer_cluster(stage).gpus_per_node)
+def job(stage: Any, raw: dict[str, Any], name: str, dashboard: str) -> Job:
+    """A training stage inside a Ray job: its backend adapts the stage's entry and says what the job needs."""
+    found = registry.stage_backend(stage)
+    assert found is not None, f"{stage.trainer} trains no {stage.kind} stage"
+    needs = found[0].job(stage, raw, dashboard)
+    return Job(gpus=needs.gpus, gpus_if_any=needs.gpus_if_any)
 
 
-SFT = StageKind(SFTStage, runner(SFT_TRAINERS), planner(SFT_TRAINERS), _job, refs=("data",))
-GRPO = StageKind(GRPOStage, runner(GRPO_TRAINERS), planner(GRPO_TRAINERS), _job, refs=("data", "init"))
+SFT = StageKind(SFTStage, runner(), planner(), job, refs=("data",))
+GRPO = StageKind(GRPOStage, runner(), planner(), job, refs=("data", "init"))
