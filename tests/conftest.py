@@ -23,9 +23,10 @@ if TYPE_CHECKING:
     from memrl.envs.collab.next_session import NextSessionRow
 
 
-# Session fixtures that cost a minute or more (a pipeline run, a server, a Ray head, an environment built with pip):
-# under `pytest -n` (make test) each worker builds its own, so the tests sharing one stay on one worker.
-SHARED_ON_ONE_WORKER = ("smoke_run", "llamafactory_venv", "ray_head", "smollm2_server", "mstod_judger")
+# Fixtures that cost a minute or more (a pipeline run, a server, a Ray head or cluster, a pip-built environment):
+# under `pytest -n` (make test) each worker builds its own, so the tests sharing one stay on one worker (one Ray
+# cluster at a time, too: its tests look at every process of the host).
+SHARED_ON_ONE_WORKER = ("smoke_run", "llamafactory_venv", "ray_head", "smollm2_server", "mstod_judger", "cluster")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -25,7 +25,7 @@ from memrl.rollout.serve import free_port
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
-SECRET = "sekrit-4f2a"
+SECRET = f"sekrit-{os.urandom(4).hex()}"  # this process's own: a test worker beside it has another
 QUICKSTART_STAGES = ["pull", "data", "sft", "grpo", "export", "eval"]
 
 
