@@ -1,11 +1,14 @@
-"""In-process transformers model (CPU or GPU) with batched, left-padded generation."""
+"""In-process transformers model (CPU or GPU) with batched, left-padded generation, and seeded sampling whose draw
+for a row depends on the seed and that row's prompt, not on the rest of its batch (`RowSeededSampling`)."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -14,17 +17,19 @@ import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    LogitsProcessor,
     LogitsProcessorList,
     PreTrainedModel,
     StoppingCriteria,
     StoppingCriteriaList,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
 )
 
 from memrl.core import interrupts
 from memrl.core.asyncs import MicroBatcher, in_own_thread
 from memrl.core.precision import compute_dtype
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
-from memrl.rollout.seeded_sampling import RowSeededSampling, row_seeds
 
 # How long a request waits for others before its batch decodes. Sessions that share a process resume together
 # when a batch ends and each asks again within milliseconds; one decoding pass of a 135M model takes ~0.1 s on CPU.
@@ -32,6 +37,44 @@ BATCH_WAIT_S = 0.02
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# `generate` in transformers samples a whole batch from the one global generator, so a row's tokens change with the
+# rows that share its batch. In-process batches form by timing (`MicroBatcher` gathers what arrives within 20 ms), so a
+# seeded run would not repeat itself. vLLM gives every request its own generator; this does the same in-process: each
+# row gets a generator seeded from (seed, prompt, how many identical prompts came before it in the call), and decoding
+# takes the argmax of the tempered, top-p filtered scores plus Gumbel noise from that generator. The argmax of scores
+# plus standard Gumbel noise is a sample of their softmax (the Gumbel-max trick), so the distribution is the one
+# `do_sample=True` draws from.
+
+
+def row_seeds(seed: int, prompts: Sequence[str]) -> list[int]:
+    """One seed per row: identical prompts in a call get different seeds, in their order of arrival."""
+    seen: Counter[str] = Counter()
+    seeds = []
+    for prompt in prompts:
+        digest = hashlib.sha256(f"{seed}\0{seen[prompt]}\0{prompt}".encode()).digest()
+        seen[prompt] += 1
+        seeds.append(int.from_bytes(digest[:8], "little") >> 1)  # torch seeds are at most 64 bits, signed-safe here
+    return seeds
+
+
+class RowSeededSampling(LogitsProcessor):
+    """For greedy `generate` (`do_sample=False`): turns each step's scores into one sample per row."""
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float, device: str | torch.device) -> None:
+        warpers: list[LogitsProcessor] = [TemperatureLogitsWarper(temperature)]
+        if top_p < 1.0:
+            warpers.append(TopPLogitsWarper(top_p))
+        self.warpers = LogitsProcessorList(warpers)
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        scores = self.warpers(input_ids, scores)
+        vocab = scores.shape[-1]
+        uniform = torch.stack([torch.rand(vocab, generator=g, device=scores.device) for g in self.generators])
+        gumbel = -torch.log(-torch.log(uniform.clamp_(min=torch.finfo(uniform.dtype).tiny)))
+        return scores + gumbel  # type: ignore[return-value]  # a float tensor, as transformers' own processors return
 
 
 def pick_device(device: str) -> str:
