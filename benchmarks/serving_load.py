@@ -27,7 +27,7 @@ from rich.console import Console
 
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.runner import collab_run
-from memrl.envs.run_records import FAILED_FILE
+from memrl.envs.driver import FAILED_FILE
 
 HERE = Path(__file__).parent
 

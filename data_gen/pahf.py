@@ -30,9 +30,9 @@ from memrl.core.files import write_jsonl
 from memrl.core.outcomes import Outcome, require_success
 from memrl.data_gen.config import PahfDataConfig
 from memrl.data_gen.writers import SFT_SCHEMA, write_parquet
+from memrl.envs.driver import FailedWork
 from memrl.envs.pahf import prompts
 from memrl.envs.pahf.records import TASKS_FILE, TaskRecord, read_tasks
-from memrl.envs.run_records import FailedWork
 
 SKIP_REASONS = ("not_salient", "never_retrieved")
 

@@ -20,8 +20,7 @@ from memrl.core.outcomes import NothingDoneError
 from memrl.core.splits import check_disjoint as check_splits_disjoint
 from memrl.data_gen.config import ReflectionDataConfig
 from memrl.data_gen.gold import NOTES, compose_notes, compose_reasoning, gold_json
-from memrl.data_gen.records import ReflectionRecord
-from memrl.data_gen.writers import Stats, write_dataset
+from memrl.data_gen.writers import ReflectionRecord, Stats, write_dataset
 from memrl.envs.collab.prompts import reflection_messages
 from memrl.envs.collab.records import SessionRecord, read_sessions
 from memrl.rewards.format import REFLECTION_KEYS

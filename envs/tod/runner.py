@@ -19,8 +19,7 @@ from rich.console import Console
 
 from memrl.core.errors import BackendError, MemrlError, first_line
 from memrl.core.files import read_json
-from memrl.envs.driver import Chain, DrivenRun, Schedule, World, drive
-from memrl.envs.run_records import FAILED_FILE
+from memrl.envs.driver import FAILED_FILE, Chain, DrivenRun, Schedule, World, drive
 from memrl.envs.tod import pipeline
 from memrl.envs.tod.config import TodEvalConfig
 from memrl.envs.tod.extract import folder_schemas

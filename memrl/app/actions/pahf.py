@@ -39,10 +39,10 @@ def _setup(cfg: PahfEvalConfig) -> dict[str, Any]:
 
 def evaluate_pahf(cfg: PahfEvalConfig, out: Path, console: Console) -> dict[str, Any]:
     from memrl.core.runfolder import claim
+    from memrl.envs.driver import FAILED_FILE
     from memrl.envs.pahf.protocol import LeftOut, compute_metrics, plot_curves
     from memrl.envs.pahf.runner import TASKS_FILE, finished_tasks
     from memrl.envs.registry import evaluation
-    from memrl.envs.run_records import FAILED_FILE
 
     cfg.domain_dir()  # a missing --data fails before any model or Ray starts
     claim(out, cfg, may_change=RESUMABLE_CHANGES)
