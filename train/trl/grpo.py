@@ -21,7 +21,13 @@ from memrl.rollout.probe import require_reachable
 from memrl.train.config import GRPOStage, PolicyOptimStage
 from memrl.train.endpoints import stage_endpoints
 from memrl.train.hf_trainer import TrainContext, apply_overrides, base_args, master_dtype, resume_point
-from memrl.train.trl.common import accumulation_steps, peft_config, prompt_tokens, save_final
+from memrl.train.trl.common import (
+    accumulation_steps,
+    peft_config,
+    project_labelled_tokens_only,
+    prompt_tokens,
+    save_final,
+)
 
 
 def load_rl_split(data_dir: Path, split: str, tokenizer: Any, max_prompt_length: int) -> tuple[Any, int]:
@@ -95,7 +101,6 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
-    from memrl.train.trl.fused_head import project_labelled_tokens_only
     from memrl.train.trl.rewards import grpo_rewards
     from memrl.train.trl.sampling import PolicySamplingGRPOTrainer
 
