@@ -17,8 +17,7 @@ from typing import Any
 from memrl.core.errors import ConfigError
 from memrl.rewards.config import RewardConfig
 from memrl.rewards.format import format_reward
-from memrl.rewards.judge import build_judge
-from memrl.rewards.judged import coverage_parts, format_parts, length_parts
+from memrl.rewards.judge import build_judge, coverage_parts, format_parts, length_parts
 from memrl.rewards.parts import PartContext, RewardPart
 from memrl.rewards.reward import length_penalty
 

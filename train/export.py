@@ -11,7 +11,14 @@ from typing import Any
 from pydantic import Field
 
 from memrl.core import models
-from memrl.core.checkpoints import is_adapter, load_causal_lm, read_info, resolve_model, tokenizer_source
+from memrl.core.checkpoints import (
+    is_adapter,
+    is_verl_checkpoint,
+    load_causal_lm,
+    read_info,
+    resolve_model,
+    tokenizer_source,
+)
 from memrl.core.errors import ConfigError
 from memrl.core.schema import StrictModel
 
@@ -60,10 +67,9 @@ def export_checkpoint(checkpoint: Path, out: Path, *, lora_alpha: int | None = N
 
 
 def _as_hf_folder(checkpoint: Path, scratch: Path, lora_alpha: int | None) -> Path:
-    from memrl.train.verl.merge import is_verl_checkpoint, merge_verl_checkpoint
-
     if not is_verl_checkpoint(checkpoint):
         return checkpoint
+    from memrl.train.verl.merge import merge_verl_checkpoint
 
     return merge_verl_checkpoint(checkpoint, scratch, lora_alpha=lora_alpha)
 

@@ -1,7 +1,8 @@
 """What a training stage leaves behind, and how later stages, export and evaluation load it.
 
 A stage writes `<stage>/final/`: a full model, or a PEFT adapter whose `adapter_config.json` names its base. Every
-`final/` also carries `memrl_checkpoint.json` (base model, trainer, steps), so export can describe it in a card.
+`final/` also carries `memrl_checkpoint.json` (base model, trainer, steps), so export can describe it in a card. A
+verl run's FSDP checkpoint is told apart by its layout alone (`is_verl_checkpoint`): export merges it first.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from memrl.core.files import read_json
 
 INFO_FILE = "memrl_checkpoint.json"
 ADAPTER_CONFIG = "adapter_config.json"
+VERL_FSDP_CONFIG = "fsdp_config.json"  # beside verl's FSDP shards
+VERL_TRACKER = "latest_checkpointed_iteration.txt"  # the newest step, in verl's checkpoint root
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,33 @@ def trainer_saved(folder: Path) -> bool:
         return isinstance(json.loads((folder / "trainer_state.json").read_text(encoding="utf-8")), dict)
     except (OSError, ValueError):
         return False
+
+
+def verl_shard_dir(path: Path) -> Path:
+    """The folder holding verl's FSDP shards. Accepts it directly, a `global_step_N` folder (PPO keeps the policy
+    in `actor/`), or a run's checkpoint root, where the newest step is read from verl's tracker file."""
+    path = path.expanduser()
+    if (path / VERL_FSDP_CONFIG).is_file():
+        return path
+    if (path / "actor" / VERL_FSDP_CONFIG).is_file():
+        return path / "actor"
+    tracker = path / VERL_TRACKER
+    if tracker.is_file():
+        return verl_shard_dir(path / f"global_step_{tracker.read_text().strip()}")
+    if (path / "checkpoints" / VERL_TRACKER).is_file():
+        return verl_shard_dir(path / "checkpoints")
+    raise ConfigError(
+        f"{path}: no verl FSDP checkpoint ({VERL_FSDP_CONFIG}) here, in actor/, or named by {VERL_TRACKER}"
+    )
+
+
+def is_verl_checkpoint(path: Path) -> bool:
+    """Whether `path` is (or holds, as a run or checkpoint root) a verl FSDP checkpoint."""
+    try:
+        verl_shard_dir(path)
+    except ConfigError:
+        return False
+    return True
 
 
 def resolve_model(ref: str) -> str:

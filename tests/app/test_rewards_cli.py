@@ -84,8 +84,7 @@ def test_registry_factories_resolve_and_parts_are_what_the_trainers_produce(memr
     from memrl.rewards.config import NextSessionRewardConfig
     from memrl.rewards.registry import reflection_parts
     from memrl.rewards.tod_episode import TodRewardWeights
-    from memrl.train.rewards.next_session import NextSessionScorer
-    from memrl.train.rewards.outcome_part import OutcomeScorer
+    from memrl.train.rewards.next_session import NextSessionScorer, OutcomeScorer
     from memrl.train.trl.rewards import episode_funcs, reflection_funcs
 
     for row in (json.loads(line) for line in memrl_cli("reward", "list", "--json", check=True).stdout.splitlines()):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from memrl.core.checkpoints import verl_shard_dir
 from memrl.core.errors import ConfigError, MemrlError
 from memrl.rewards.reward import RewardConfig
 from memrl.rollout.config import OpenAIModelConfig
@@ -476,18 +477,8 @@ def _adapter(folder: Path, alpha: int) -> Path:
     return path
 
 
-def test_shard_dir_and_merge_command(tmp_path: Path) -> None:
+def test_merge_command(tmp_path: Path) -> None:
     actor = tmp_path / "checkpoints" / "global_step_20" / "actor"
-    actor.mkdir(parents=True)
-    (actor / "fsdp_config.json").write_text('{"FSDP_version": 2, "world_size": 8}')
-    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("20\n")
-    assert verl_merge.shard_dir(tmp_path) == actor  # the run folder
-    assert verl_merge.shard_dir(tmp_path / "checkpoints") == actor
-    assert verl_merge.shard_dir(actor.parent) == actor
-    assert verl_merge.shard_dir(actor) == actor
-    with pytest.raises(ConfigError, match="no verl FSDP checkpoint"):
-        verl_merge.shard_dir(tmp_path / "checkpoints" / "global_step_20" / "missing")
-    assert verl_merge.is_verl_checkpoint(tmp_path) and not verl_merge.is_verl_checkpoint(tmp_path / "elsewhere")
     assert verl_merge.merge_command(actor, tmp_path / "hf", python="py") == [
         "py",
         "-m",
@@ -575,7 +566,7 @@ def test_real_fsdp_checkpoint_merges_and_alpha_is_restored(
     from transformers import AutoModelForCausalLM
 
     run, inputs, reference = fsdp_lora_checkpoint
-    actor = verl_merge.shard_dir(run)
+    actor = verl_shard_dir(run)
     # Checkpoints without verl's metadata file are the ones that come out with lora_alpha 0.
     (actor / "lora_train_meta.json").unlink()
     target = run / "hf"
@@ -599,7 +590,7 @@ def test_real_fsdp_checkpoint_merges_and_alpha_is_restored(
 @pytest.mark.timeout(300)
 def test_merge_checkpoint_runs_verls_merger(fsdp_lora_checkpoint: tuple[Path, object, object]) -> None:
     run, inputs, reference = fsdp_lora_checkpoint
-    (verl_merge.shard_dir(run) / "lora_train_meta.json").unlink()
+    (verl_shard_dir(run) / "lora_train_meta.json").unlink()
     loadable = verl_merge.merge_verl_checkpoint(run, run / "hf", lora_alpha=8)
     target = run / "hf"
     assert loadable == target / "lora_adapter"

@@ -30,9 +30,8 @@ from memrl.rewards.config import NextSessionRewardConfig, RewardConfig
 from memrl.rewards.parts import RewardPart
 from memrl.rollout.base import Message
 from memrl.train.report import write_report
-from memrl.train.rewards.next_session import NextSessionScorer
+from memrl.train.rewards.next_session import FAILED_METRIC, NextSessionScorer, OutcomeScorer
 from memrl.train.rewards.next_session_eval import outcome_report, spearman
-from memrl.train.rewards.outcome_part import FAILED_METRIC, OutcomeScorer
 from memrl.train.trl.rewards import grpo_rewards, reflection_funcs
 
 PROFILES = sample_profiles(16, seed=7)

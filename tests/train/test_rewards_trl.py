@@ -9,7 +9,7 @@ from pathlib import Path
 from trl.trainer.utils import is_async_callable
 
 from memrl.rewards.config import JudgeConfig, LengthPenaltyConfig, RewardConfig
-from memrl.rewards.judged import JudgedScorer
+from memrl.rewards.judge import JudgedScorer
 from memrl.rewards.offline_judge import OfflineJudge
 from memrl.rewards.registry import reflection_parts
 from memrl.rewards.reward import RewardScorer

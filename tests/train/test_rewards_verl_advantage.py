@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from memrl.rewards.config import RewardConfig
-from memrl.rewards.judged import JudgedScorer, judge_scored
+from memrl.rewards.judge import JudgedScorer, judge_scored
 from memrl.rewards.parts import RewardPart
 from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import RewardParts

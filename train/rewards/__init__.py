@@ -6,8 +6,7 @@ this package registers the next-session outcome there, from this layer.
 """
 
 from memrl.rewards.registry import RewardEntry, register
-from memrl.train.rewards.next_session import build_scorer
-from memrl.train.rewards.outcome_part import outcome_parts
+from memrl.train.rewards.next_session import build_scorer, outcome_parts
 
 register(
     RewardEntry(

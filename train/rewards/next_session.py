@@ -1,4 +1,5 @@
-"""The next-session outcome reward of a reflection: what its notes do for the user's next session.
+"""The next-session outcome reward of a reflection: what its notes do for the user's next session, its scorer, and
+its part of the reflection reward (`outcome`, weighted by reward.outcome.weight: `outcome_parts`).
 
 For one (notes, row), the row's next session (memrl.envs.collab.next_session: its user, problem and grading) is
 played with the rule user for `max_turns` replies, once with the notes in the agent's system prompt and once with
@@ -18,11 +19,12 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from memrl.core.errors import ConfigError
 from memrl.envs.collab.grading import Grader
 from memrl.envs.collab.next_session import (
     LLMPreferenceJudge,
@@ -31,6 +33,7 @@ from memrl.envs.collab.next_session import (
     NoteAgent,
     PreferenceJudge,
     SessionOutcome,
+    load_rows,
     next_problem,
     session_share,
 )
@@ -39,9 +42,12 @@ from memrl.envs.collab.scripted_reader import ScriptedReader
 from memrl.envs.collab.session import CollabEpisode, SessionSpec
 from memrl.envs.collab.user_sim import RuleUserSimulator
 from memrl.rewards.config import NextSessionRewardConfig
+from memrl.rewards.format import extract_notes
+from memrl.rewards.parts import PartContext, RewardPart, Sample, Scored
 from memrl.rollout.base import ChatBackend, Message
 
 log = logging.getLogger(__name__)
+FAILED_METRIC = "reward/outcome_failed"
 
 
 @dataclass(frozen=True)
@@ -249,3 +255,47 @@ def build_scorer(cfg: NextSessionRewardConfig) -> NextSessionScorer:
         cache_size=cfg.cache_size,
         backends=backends,
     )
+
+
+class OutcomeScorer:
+    """Plays each sample's notes (the reflection JSON's `agent_notes`; none: "") in its row's next session."""
+
+    def __init__(self, scorer: NextSessionScorer, rows: Mapping[str, NextSessionRow]) -> None:
+        self.scorer = scorer
+        self.rows = rows
+
+    async def ascore(self, samples: Sequence[Sample]) -> list[Scored]:
+        if missing := [s.key for s in samples if s.key not in self.rows]:
+            raise ConfigError(
+                f"outcome reward: row {missing[0]!r} is not in the reflection data it was built from "
+                "(the row's key: TRL's dataset `key` column, verl's extra_info.key)"
+            )
+        notes = [extract_notes(s.completion) or "" for s in samples]
+        parts = await self.scorer.ascore([(n, self.rows[str(s.key)]) for n, s in zip(notes, samples, strict=True)])
+        return [
+            Scored(
+                {"outcome": p.score},
+                {
+                    "outcome": p.score,
+                    "outcome_with_notes": p.with_notes,
+                    "outcome_without_notes": p.without_notes,
+                    "outcome_failed": float(p.failed),
+                },
+            )
+            for p in parts
+        ]
+
+    def batch_metrics(self, scored: Sequence[Scored]) -> dict[str, float]:
+        return {FAILED_METRIC: sum(s.logged["outcome_failed"] or 0.0 for s in scored)}
+
+
+def outcome_parts(ctx: PartContext) -> list[RewardPart]:
+    """`outcome` where reward.outcome is set: its rows from `outcome.data`, else the stage's data."""
+    cfg = ctx.cfg.outcome
+    if cfg is None:
+        return []
+    data = cfg.data or ctx.data_dir
+    if data is None:
+        raise ConfigError("reward.outcome.data must name the reflection_data folder")
+    scorer = ctx.shared("outcome", lambda: OutcomeScorer(build_scorer(cfg), load_rows(data)))
+    return [RewardPart("outcome", cfg.weight, scorer)]

@@ -1,10 +1,20 @@
-"""GRPO with TRL's GRPOTrainer on one node (CPU ok): the reflection reward from `memrl.rewards`."""
+"""GRPO with TRL's GRPOTrainer on one node (CPU ok): the reflection reward from `memrl.rewards`, and the trainer
+every TRL GRPO stage runs (`policy_sampling_trainer_class`).
+
+Its `model.generate` rollouts come from the policy the loss trains, as verl's and TRL's vLLM rollouts do: TRL's plain
+path samples in train mode (LoRA dropout on every rollout, the adapter beside its base layer at every step). Here the
+model samples in eval mode and, on CPU, with the adapter merged into a copy-restored base (decoding on a few cores is
+bound by the operations per token: about 1.5x faster, benchmarks/README.md, "quickstart_stages.py"), in bf16 where
+the loss runs under bf16 autocast (`sampling_policy`). torch and TRL load when a stage runs, not on import.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memrl.core.checkpoints import (
     adapter_base,
@@ -21,7 +31,16 @@ from memrl.rollout.probe import require_reachable
 from memrl.train.config import GRPOStage, PolicyOptimStage
 from memrl.train.endpoints import stage_endpoints
 from memrl.train.hf_trainer import TrainContext, apply_overrides, base_args, master_dtype, resume_point
-from memrl.train.trl.common import accumulation_steps, peft_config, prompt_tokens, save_final
+from memrl.train.trl.common import (
+    accumulation_steps,
+    peft_config,
+    project_labelled_tokens_only,
+    prompt_tokens,
+    save_final,
+)
+
+if TYPE_CHECKING:
+    import torch
 
 
 def load_rl_split(data_dir: Path, split: str, tokenizer: Any, max_prompt_length: int) -> tuple[Any, int]:
@@ -90,14 +109,71 @@ def grpo_args(stage: PolicyOptimStage, ctx: TrainContext, reward_weights: list[f
     return args
 
 
+@contextlib.contextmanager
+def sampling_policy(model: Any, merge: bool, dtype: torch.dtype | None = None) -> Iterator[None]:
+    """`model` in eval mode; with `merge`, a PEFT adapter folded into its base layers, which get back their exact
+    weights afterwards (merge then unmerge alone would leave rounding drift in the base, step after step); with
+    `dtype`, every parameter cast to it for the sampling and given back its own tensor afterwards (no rounding)."""
+    import torch
+    from peft import PeftModel
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    was_training = model.training
+    saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+    if merge and isinstance(model, PeftModel):
+        for layer in model.modules():
+            if isinstance(layer, BaseTunerLayer):
+                base: Any = layer.get_base_layer()
+                params = (base.weight, getattr(base, "bias", None))
+                saved += [(p, p.detach().clone()) for p in params if isinstance(p, torch.Tensor)]
+        model.merge_adapter()
+    model.eval()
+    originals: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+    if dtype is not None:
+        originals = [(p, p.data) for p in model.parameters() if p.dtype != dtype]
+        for param, data in originals:
+            param.data = data.to(dtype)
+    try:
+        yield
+    finally:
+        for param, data in originals:
+            param.data = data
+        if saved:
+            model.unmerge_adapter()
+            with torch.no_grad():
+                for tensor, original in saved:
+                    tensor.copy_(original)
+        model.train(was_training)
+
+
+def policy_sampling_trainer_class() -> type:
+    """TRL's GRPOTrainer whose `model.generate` rollouts come from the trained policy without dropout (see the
+    module), defined when a stage runs: importing TRL is heavy."""
+    import torch
+    from trl import GRPOTrainer
+
+    class PolicySamplingGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer sampling from the policy the loss trains (`sampling_policy`)."""
+
+        def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
+            if self.use_vllm:  # vLLM holds its own synced, merged copy of the weights
+                return super()._generate_single_turn(*args, **kwargs)
+            on_cpu = self.accelerator.device.type == "cpu"  # on a GPU the copy would cost memory for little speed
+            # On CPU the loss runs under bf16 autocast where the cores have bf16 (hf_trainer.device_args); sampling in
+            # bf16 too decodes about 1.7x faster than TRL's fp32 `generate` (benchmarks/README.md).
+            dtype = torch.bfloat16 if on_cpu and self.args.bf16 else None
+            with sampling_policy(self.model, on_cpu, dtype):
+                return super()._generate_single_turn(*args, **kwargs)
+
+    return PolicySamplingGRPOTrainer
+
+
 def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainContext, console: Any) -> Path:
     require_vllm(stage, ctx.stage)  # before any model is loaded
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
-    from memrl.train.trl.fused_head import project_labelled_tokens_only
     from memrl.train.trl.rewards import grpo_rewards
-    from memrl.train.trl.sampling import PolicySamplingGRPOTrainer
 
     endpoints = stage_endpoints(stage)
     require_reachable(endpoints)  # a dead judge fails here, in seconds, not as a run of advantage-0 steps
@@ -113,7 +189,7 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
     config = GRPOConfig(**apply_overrides(GRPOConfig, args, stage.overrides, ctx.stage))
     model, lora, base = policy_model(stage, base_model)
     project_labelled_tokens_only()
-    trainer = PolicySamplingGRPOTrainer(
+    trainer = policy_sampling_trainer_class()(
         model=model,
         reward_funcs=[*funcs],  # a fresh list: TRL types its list of sync functions only
         args=config,

@@ -19,8 +19,8 @@ from memrl.train.online.config import OnlineGRPOStage
 from memrl.train.online.episodes import episode_rows, episode_source
 from memrl.train.online.rollout import Player
 from memrl.train.stage_run import CURVES_FILE
-from memrl.train.trl.common import save_final
-from memrl.train.trl.grpo import grpo_args, policy_model
+from memrl.train.trl.common import project_labelled_tokens_only, save_final
+from memrl.train.trl.grpo import grpo_args, policy_model, policy_sampling_trainer_class
 from memrl.train.trl.online_rollout import EPISODES_FILE, EpisodeLog, EpisodeRollout
 from memrl.train.trl.rewards import episode_funcs
 
@@ -38,9 +38,6 @@ def train_online_grpo(stage: OnlineGRPOStage, base_model: str, ctx: TrainContext
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
-    from memrl.train.trl.fused_head import project_labelled_tokens_only
-    from memrl.train.trl.sampling import PolicySamplingGRPOTrainer
-
     rows = episode_rows(stage.env)  # a bad task, problem file or data folder fails here, before any model loads
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(stage.init or base_model))
     config = GRPOConfig(**apply_overrides(GRPOConfig, online_args(stage, ctx), stage.overrides, ctx.stage))
@@ -57,7 +54,7 @@ def train_online_grpo(stage: OnlineGRPOStage, base_model: str, ctx: TrainContext
         stack.callback(rollout.close)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")
-            trainer = PolicySamplingGRPOTrainer(
+            trainer = policy_sampling_trainer_class()(
                 model=model,
                 reward_funcs=[*episode_funcs(type(stage.reward))],
                 args=config,

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import memrl.train.rewards  # noqa: F401  (registers the next-session outcome)
 from memrl.rewards.config import RewardConfig
 from memrl.rewards.episode import PartWeights, Record
 from memrl.rewards.parts import RewardPart, Sample, score_parts
@@ -35,7 +36,6 @@ from memrl.rewards.unscored import UnscoredWatch
 from memrl.train.distributed import world_size
 from memrl.train.endpoints import per_process
 from memrl.train.online.rollout import REPLIES_CUT, STATUSES
-from memrl.train.rewards import outcome_part  # noqa: F401  (registers the next-session outcome)
 
 # TRL 1.16 accepts async reward functions, but its `RewardFunc` alias names only sync ones.
 RewardFunc = Callable[..., Any]

@@ -11,7 +11,13 @@ from memrl.core.outcomes import require_data
 from memrl.train.config import SFTStage
 from memrl.train.curves import LOSS_CURVE, loss_chart
 from memrl.train.hf_trainer import TrainContext, apply_overrides, base_args, master_dtype, resume_point
-from memrl.train.trl.common import accumulation_steps, peft_config, prompt_tokens, save_final
+from memrl.train.trl.common import (
+    accumulation_steps,
+    peft_config,
+    project_labelled_tokens_only,
+    prompt_tokens,
+    save_final,
+)
 
 
 def load_sft_split(data_dir: Path, split: str) -> Any:
@@ -29,8 +35,6 @@ def load_sft_split(data_dir: Path, split: str) -> Any:
 def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContext) -> Path:
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
-
-    from memrl.train.trl.fused_head import project_labelled_tokens_only
 
     train = load_sft_split(data_dir, "train")
     evaluation = load_sft_split(data_dir, "eval")

@@ -13,32 +13,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from memrl.core.checkpoints import CheckpointInfo, is_adapter, last_step_dir
+from memrl.core.checkpoints import CheckpointInfo, is_adapter, last_step_dir, verl_shard_dir
 from memrl.core.errors import ConfigError
 from memrl.train.verl.overrides import CHECKPOINT_SUBDIR
 
-FSDP_CONFIG = "fsdp_config.json"
 LORA_META = "lora_train_meta.json"
-TRACKER = "latest_checkpointed_iteration.txt"
 ADAPTER_DIR = "lora_adapter"
 ADAPTER_CONFIG = "adapter_config.json"
 STEP_PREFIX = "global_step_"
-
-
-def shard_dir(path: Path) -> Path:
-    """The folder holding verl's FSDP shards. Accepts it directly, a `global_step_N` folder (PPO keeps the policy
-    in `actor/`), or a run's checkpoint root, where the newest step is read from verl's tracker file."""
-    path = path.expanduser()
-    if (path / FSDP_CONFIG).is_file():
-        return path
-    if (path / "actor" / FSDP_CONFIG).is_file():
-        return path / "actor"
-    tracker = path / TRACKER
-    if tracker.is_file():
-        return shard_dir(path / f"global_step_{tracker.read_text().strip()}")
-    if (path / "checkpoints" / TRACKER).is_file():
-        return shard_dir(path / "checkpoints")
-    raise ConfigError(f"{path}: no verl FSDP checkpoint ({FSDP_CONFIG}) here, in actor/, or named by {TRACKER}")
 
 
 def merge_command(local_dir: Path, target_dir: Path, *, python: str | None = None) -> list[str]:
@@ -94,15 +76,6 @@ def fix_lora_alpha(target_dir: Path, *, lora_alpha: int | None = None, local_dir
     return int(alpha)
 
 
-def is_verl_checkpoint(path: Path) -> bool:
-    """Whether `path` is (or holds, as a run or checkpoint root) a verl FSDP checkpoint."""
-    try:
-        shard_dir(path)
-    except ConfigError:
-        return False
-    return True
-
-
 def merge_verl_checkpoint(
     checkpoint: Path, target_dir: Path, *, lora_alpha: int | None = None, log_path: Path | None = None
 ) -> Path:
@@ -113,7 +86,7 @@ def merge_verl_checkpoint(
     """
     from memrl.train.verl.command import run_verl
 
-    local_dir = shard_dir(checkpoint)
+    local_dir = verl_shard_dir(checkpoint)
     target_dir.mkdir(parents=True, exist_ok=True)
     log = log_path or target_dir.with_name(f"{target_dir.name}-merge.log")
     run_verl(merge_command(local_dir, target_dir), log)

@@ -40,6 +40,7 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
+import memrl.train.rewards  # noqa: F401  (registers the next-session outcome)
 from memrl.core.asyncs import MicroBatcher, run_sync
 from memrl.core.errors import ConfigError
 from memrl.core.process_cache import ProcessCache
@@ -48,7 +49,6 @@ from memrl.rewards.parts import PartScorer, RewardPart, Sample, Scored, score_pa
 from memrl.rewards.registry import reflection_parts
 from memrl.rewards.types import GroundTruth
 from memrl.rollout.config import OpenAIModelConfig
-from memrl.train.rewards import outcome_part  # noqa: F401  (registers the next-session outcome)
 
 _PARTS: ProcessCache[str, list[RewardPart]] = ProcessCache()
 # One batcher per (event loop, part scorer), by the scorer's id: the parts are built once per process and kept.

@@ -10,7 +10,7 @@ trl_utils = pytest.importorskip("trl.trainer.utils")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from memrl.train.trl.fused_head import project_labelled_tokens_only  # noqa: E402
+from memrl.train.trl.common import project_labelled_tokens_only  # noqa: E402
 
 
 def _loss_and_grads(model: object, ids: object, labels: object) -> tuple[float, list[object]]:

@@ -9,8 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from memrl.train.reflector_verdict import curve_fit, hacking_flag, learning_verdict, model_intervals
-from memrl.train.report import write_report
+from memrl.train.report import curve_fit, hacking_flag, learning_verdict, model_intervals, write_report
 from memrl.train.report_html import write_html
 
 

@@ -1,17 +1,40 @@
-"""GRPO rollouts on `model.generate` come from the trained policy: no LoRA dropout, the adapter's effect kept, and
-the base weights bit-identical afterwards."""
+"""TRL's GRPO: the grpo stage's `vllm` key (GRPOConfig fields TRL 1.16 accepts, one line where vLLM is missing), and
+rollouts on `model.generate` from the trained policy: no LoRA dropout, the adapter's effect kept, and the base weights
+bit-identical afterwards."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
+import peft
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from trl import GRPOConfig
 
-torch = pytest.importorskip("torch")
-peft = pytest.importorskip("peft")
-pytest.importorskip("trl")
+from memrl.core.errors import ConfigError
+from memrl.train.config import GRPOStage
+from memrl.train.trl.grpo import require_vllm, sampling_policy, vllm_args
 
-from transformers import AutoModelForCausalLM  # noqa: E402
 
-from memrl.train.trl.sampling import sampling_policy  # noqa: E402
+def stage(**kwargs: object) -> GRPOStage:
+    return GRPOStage.model_validate({"kind": "grpo", "model": "policy", "data": "data", **kwargs})
+
+
+def test_vllm_key_gives_colocated_generation_that_grpo_config_accepts(tmp_path: Path) -> None:
+    assert vllm_args(stage()) == {}  # default: TRL's own model.generate
+    args = vllm_args(stage(vllm=True, max_prompt_length=1024, max_response_length=512))
+    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **args)
+    assert (config.use_vllm, config.vllm_mode, config.vllm_max_model_length) == (True, "colocate", 1536)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_vllm_asked_for_without_vllm_is_one_line() -> None:
+    require_vllm(stage(), "grpo")  # not asked for: nothing to check
+    with pytest.raises(ConfigError, match=r"^stages\.grpo\.vllm: vLLM is not installed") as err:
+        require_vllm(stage(vllm=True), "grpo")
+    assert "\n" not in str(err.value)
 
 
 def _adapted(path: str) -> object:
