@@ -22,7 +22,7 @@ from transformers import (
 
 from memrl.core import interrupts
 from memrl.core.asyncs import MicroBatcher, in_own_thread
-from memrl.core.precision import compute_dtype
+from memrl.core.models import compute_dtype
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 from memrl.rollout.seeded_sampling import RowSeededSampling, row_seeds
 
