@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memrl.core.jsonl import ResumableJsonl
+from memrl.core.files import ResumableJsonl
 from memrl.core.secrets import redact
 
 FAILED_FILE = "failed.jsonl"  # work a model endpoint could not serve, one line per failed attempt
