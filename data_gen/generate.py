@@ -9,8 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from memrl.core.errors import ConfigError
-from memrl.core.files import json_type, numbered_jsonl, read_text
-from memrl.core.jsonl import ResumableJsonl
+from memrl.core.files import ResumableJsonl, json_type, numbered_jsonl, read_text
 from memrl.core.progress import progress
 from memrl.data_gen.config import GenerateConfig
 from memrl.rollout.base import ChatBackend, Message

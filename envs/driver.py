@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from rich.console import Console
 
-from memrl.core.jsonl import ResumableJsonl
+from memrl.core.files import ResumableJsonl
 from memrl.core.outcomes import Outcome, require_success, shortfall
 from memrl.core.progress import progress
 from memrl.core.secrets import redact

@@ -8,7 +8,6 @@ from typing import Any
 
 from memrl.core import models
 from memrl.core.errors import ModelNotFoundError, first_line
-from memrl.core.model_files import check_chat_template
 from memrl.rollout.base import ChatBackend
 from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, VLLMModelConfig
 
@@ -16,7 +15,7 @@ from memrl.rollout.config import HFModelConfig, ModelConfig, OpenAIModelConfig, 
 def _hf(cfg: HFModelConfig) -> ChatBackend:
     path = models.resolve(cfg.model)  # a bad name or a broken folder fails here, before transformers loads
     if Path(path).is_dir():
-        check_chat_template(Path(path))
+        models.check_chat_template(Path(path))
 
     from memrl.rollout.hf_local import HFBackend
 

@@ -28,7 +28,7 @@ from transformers import (
 
 from memrl.core import interrupts
 from memrl.core.asyncs import MicroBatcher, in_own_thread
-from memrl.core.precision import compute_dtype
+from memrl.core.models import compute_dtype
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 
 # How long a request waits for others before its batch decodes. Sessions that share a process resume together

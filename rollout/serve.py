@@ -24,7 +24,6 @@ import httpx2
 
 from memrl.core import interrupts, models
 from memrl.core.errors import BackendError, ConfigError
-from memrl.core.model_files import check_chat_template
 
 Engine = Literal["auto", "transformers", "vllm"]
 
@@ -140,7 +139,7 @@ class LocalServer:
         path = models.resolve(self.model)  # a broken folder fails here in one line, not in the server's child
         local = Path(path)
         if local.is_dir():
-            check_chat_template(local)  # the server renders every request with it
+            models.check_chat_template(local)  # the server renders every request with it
         if self.engine == "vllm":
             argv = [_console_script("vllm", "vllm"), "serve", path, "--served-model-name", self.name]
             return [*argv, "--host", self.host, "--port", str(self.port), *self.extra_args], None

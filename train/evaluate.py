@@ -13,8 +13,7 @@ from rich.console import Console
 
 from memrl.core.checkpoints import is_adapter, resolve_model
 from memrl.core.errors import ConfigError
-from memrl.core.files import numbered_jsonl
-from memrl.core.jsonl import ResumableJsonl
+from memrl.core.files import ResumableJsonl, numbered_jsonl
 from memrl.core.outcomes import require_data
 from memrl.core.progress import progress
 from memrl.core.schema import StrictModel

@@ -11,7 +11,7 @@ from typing import Any
 
 from memrl.core.checkpoints import last_step_dir, trainer_saved
 from memrl.core.errors import ConfigError, closest
-from memrl.core.precision import cpu_has_bf16
+from memrl.core.models import cpu_has_bf16
 from memrl.core.yamlsafe import load_yaml
 from memrl.train.config import LoggingTarget
 

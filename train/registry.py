@@ -82,7 +82,7 @@ class TrainerBackend:
     summary: str  # one line, in the `trainer` field's description where the schema has one
     kinds: dict[str, TrainedKind]
     # self: its runner starts its own processes; accelerate: it trains in this process, the app starting one per GPU
-    # under `accelerate launch` (memrl.app.stages.spawn).
+    # under `accelerate launch` (memrl.app.stages.training).
     launch: Literal["self", "accelerate"] = "self"
     wandb_env: bool = False  # it reads wandb's variables (WANDB_PROJECT, ...), set from the recipe's logging
     resumes: bool = False  # a rerun resumes from its last checkpoint in the stage folder (hf_trainer.resume_point)

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl.core.files import read_json
-from memrl.core.jsonl import ResumableJsonl
+from memrl.core.files import ResumableJsonl, read_json
 from memrl.data_gen.tod.plan import IndividualPlan
 from memrl.data_gen.tod.session_writers import SessionWriter
 from memrl.envs.tod.formats import Individual, Session, individual_path, write_individual

@@ -1,18 +1,20 @@
-"""Pydantic validation errors as one line a user can act on: the dotted key, what was expected, what was given."""
+"""Checks that fail in one line a user can act on: pydantic validation errors (the dotted key, what was expected,
+what was given), a data file's text values, and train and eval splits that share an item."""
 
 from __future__ import annotations
 
 import math
 import types
 import typing
-from collections.abc import Iterable
-from typing import Any, Union
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar, Union
 
 from pydantic import BaseModel, ValidationError
 
-from memrl.core.errors import closest
+from memrl.core.errors import ConfigError, MemrlError, closest
 
 Key = str | int
+T = TypeVar("T")
 
 
 def as_text(value: Any, what: str) -> str:
@@ -131,3 +133,32 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     """' (did you mean X?)' for the option nearest a mistyped word, else ''."""
     match = closest(word, options)
     return f" (did you mean {match!r}?)" if match else ""
+
+
+def check_disjoint(
+    train: Iterable[T],
+    eval_: Iterable[T],
+    *,
+    key: Callable[[T], Hashable] | Sequence[Callable[[T], Hashable]],
+    message: str,
+    label: Callable[[T], Any] | None = None,
+    error: type[MemrlError] = ConfigError,
+) -> None:
+    """Raise `error` in one line when an eval item is also in train.
+
+    An eval item is in train when one of its keys (`key`: one function, or several for several identities such as an
+    id and a normalized text) equals the same key of a train item. The shared items are named by `label` (default:
+    the first key), once each and sorted; `message` is a format string over `n` (how many), `example` (the first)
+    and `shared` (all, comma-separated).
+    """
+    keys = [key] if callable(key) else list(key)
+    train_keys: list[set[Hashable]] = [set() for _ in keys]
+    for item in train:
+        for known, k in zip(train_keys, keys, strict=True):
+            known.add(k(item))
+    name: Callable[[T], Any] = label or keys[0]
+    shared = sorted(
+        {name(item) for item in eval_ if any(k(item) in known for k, known in zip(keys, train_keys, strict=True))}
+    )
+    if shared:
+        raise error(message.format(n=len(shared), example=shared[0], shared=", ".join(map(str, shared))))

@@ -107,7 +107,7 @@ def test_the_kind_of_a_path_is_named(tmp_path: Path) -> None:
 
 
 def test_a_fifo_planted_as_a_progress_log_is_refused(tmp_path: Path) -> None:
-    from memrl.core.jsonl import ResumableJsonl
+    from memrl.core.files import ResumableJsonl
 
     log = tmp_path / "progress.jsonl"
     os.mkfifo(log)
@@ -304,7 +304,7 @@ def test_a_full_disk_names_the_file_being_written(tmp_path: Path) -> None:
     out = _with_file_size_limit(
         """
         from memrl.core.files import atomic_write_text, describe_os_error
-        from memrl.core.jsonl import ResumableJsonl
+        from memrl.core.files import ResumableJsonl
         for write in (lambda: atomic_write_text("big.json", "x" * 100_000),
                       lambda: ResumableJsonl(__import__("pathlib").Path("log.jsonl")).append({"key": "x" * 100_000})):
             try:

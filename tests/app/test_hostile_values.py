@@ -179,8 +179,7 @@ SEPARATORS = ["\u2028", "\u2029", "\x85"]  # raw inside a JSON string they are v
 
 @pytest.mark.parametrize("sep", SEPARATORS)
 def test_json_lines_holding_line_separators_are_read_whole(sep: str, tmp_path: Path) -> None:
-    from memrl.core.files import read_jsonl
-    from memrl.core.jsonl import ResumableJsonl
+    from memrl.core.files import ResumableJsonl, read_jsonl
     from memrl.envs.collab.problems import load_problems
     from memrl.envs.collab.profiles import load_profiles
 

@@ -14,7 +14,7 @@ import pytest
 from support import FIXTURES, MemrlCLI
 
 from memrl.core.errors import ConfigError, MemrlError
-from memrl.core.jsonl import ResumableJsonl
+from memrl.core.files import ResumableJsonl
 from memrl.core.runfolder import LOCK_FILE, claim, hold
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.rollout.config import model_from_spec

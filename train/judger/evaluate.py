@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from memrl.core.errors import ConfigError
-from memrl.core.jsonl import ResumableJsonl
+from memrl.core.files import ResumableJsonl
 from memrl.core.progress import progress
 from memrl.data_gen.judger_pairs import JudgerPair, read_pairs
 from memrl.envs.tod.ranking import (

@@ -1,28 +1,61 @@
-"""The `memrl` command. Heavy imports stay inside commands so `--help` is instant."""
+"""The `memrl` command. Heavy imports stay inside commands so `--help` is instant: the groups whose commands import
+every world's actions (`memrl eval`, `memrl data`, ...) are lazy groups (`LazyGroup`), whose modules are imported only
+when the group runs or shows its help; the root's help lists each by the name and help given here."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, ClassVar, NoReturn
 
 import typer
+import typer.main
 import yaml
 from rich.console import Console
 from rich.table import Table
+from typer import _click  # typer vendors click: its groups hold these types, not the `click` package's
+from typer.core import TyperGroup
 
 from memrl.app.cli.errors import print_redacted, user_error
 from memrl.app.cli.from_config import sane_number
-from memrl.app.cli.lazy import lazy_group
 from memrl.app.cli.preflight import preflight
 from memrl.app.cli.reflector import export
 from memrl.app.context import redact_console
 from memrl.core import interrupts
 from memrl.core.errors import MemrlError
+
+
+class LazyGroup(TyperGroup):
+    """A group whose commands are those of the `typer.Typer` at `source` ("module:attribute"), imported the first time
+    anything reads them (running the group, its help, a test listing them); its name and help are known without."""
+
+    source: ClassVar[str]
+    _loaded: dict[str, _click.Command] | None = None
+
+    @property
+    def commands(self) -> MutableMapping[str, _click.Command]:
+        if self._loaded is None:
+            module, _, name = self.source.partition(":")
+            self._loaded = dict(typer.main.get_group(getattr(importlib.import_module(module), name)).commands)
+        return self._loaded
+
+    @commands.setter
+    def commands(self, given: MutableMapping[str, _click.Command]) -> None:
+        if given:  # typer builds the group empty: its commands are the source's
+            raise TypeError(f"{type(self).__name__} takes its commands from {self.source}")
+
+
+def lazy_group(source: str, help: str) -> typer.Typer:
+    """The `typer.Typer` to `add_typer` for a group whose commands are the ones of `source` ("module:attribute"); its
+    `help` shows in `memrl --help` and the group's own help."""
+    cls = type(f"LazyGroup[{source}]", (LazyGroup,), {"source": source})
+    return typer.Typer(cls=cls, help=help, no_args_is_help=True)
+
 
 app = typer.Typer(
     help="memrl: train the memory of long-term conversational agents with reinforcement learning.",

@@ -7,7 +7,7 @@ from typing import Any
 
 from memrl.app.context import RunContext
 from memrl.app.stages.base import Job, StageKind
-from memrl.app.stages.spawn import STAGE_ENTRY, resolved_recipe, shown, spawn_stage
+from memrl.app.stages.training import STAGE_ENTRY, resolved_recipe, shown, spawn_stage, train_context
 from memrl.core.errors import ConfigError
 from memrl.train.config import JudgerStage
 from memrl.train.distributed import is_rank, ranks_env
@@ -40,7 +40,6 @@ def run_judger(stage: JudgerStage, ctx: RunContext, name: str) -> None:
     if stage.distributed and not is_rank():  # one of torchrun's processes trains below
         _run_distributed(stage, ctx, name)
         return
-    from memrl.app.stages.training import train_context
     from memrl.train.hf_trainer import resume_point
     from memrl.train.judger.trainer import train_judger
 

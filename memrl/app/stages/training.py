@@ -2,24 +2,28 @@
 (memrl.train.registry: its package declares its runner per kind, data files, launch, resume and Ray-job hook).
 
 Each kind's table is derived from the registry; this module adds what only the app knows: the `StageRun` built from
-the run context, wandb's environment, a finished or half-done stage, and the spawn under accelerate (spawn.py).
+the run context, wandb's environment, a finished or half-done stage, and the one way a stage leaves `memrl run`'s
+process to train as several processes or on one pinned GPU (`spawn_stage`: TRL under accelerate, the judger under
+torchrun). Each process runs `memrl.app.stage_main` (STAGE_ENTRY) on the run's resolved recipe: the same stage kind,
+as one rank.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from memrl.app.context import RunContext
+from memrl.app.context import RESOLVED_NAME, RunContext
 from memrl.app.stages.base import Job, StageKind
-from memrl.app.stages.spawn import plan_trl, run_trl
-from memrl.train import registry
+from memrl.core.errors import MemrlError
+from memrl.train import distributed, registry
 from memrl.train.config import GRPOStage, PolicyOptimStage, SFTStage
 from memrl.train.hf_trainer import TrainContext, is_finished, resume_point
 from memrl.train.online.config import OnlineGRPOStage
+from memrl.train.processes import format_command, run_logged
 from memrl.train.registry import InProcessRunner, StageRunner, TrainedKind, TrainerBackend
 from memrl.train.stage_run import StageRun
 from memrl.train.verl import backend as verl
@@ -60,6 +64,76 @@ def train_context(ctx: RunContext, name: str) -> TrainContext:
     return stage_run(ctx, name).train_context()
 
 
+# ---- leaving this process: a stage spawned as several processes -------------------------------------------------
+
+STAGE_ENTRY = "memrl.app.stage_main"
+TRL_LOG = "trl.log"  # a spawned TRL stage's output, in its stage folder
+
+
+def resolved_recipe(ctx: RunContext) -> Path:
+    """What the launched processes read: the recipe `memrl run` wrote into the run folder."""
+    return ctx.run_dir / RESOLVED_NAME
+
+
+def shown(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """The command as a shell takes it, with the variables the launch adds in front."""
+    prefix = " ".join(f"{name}={value}" for name, value in (env or {}).items())
+    return f"{prefix} {format_command(argv)}" if prefix else format_command(argv)
+
+
+def spawn_stage(
+    argv: Sequence[str], ctx: RunContext, name: str, *, launcher: str, log: str, env: Mapping[str, str] | None = None
+) -> Path:
+    """Run the launch (its output to the console and `log` in the stage folder); the stage's `final/` must exist
+    after it. `${NAME}` references (multi-node rendezvous) are filled from this environment."""
+    out = ctx.stage_dir(name)
+    log_path = out / log
+    full_env = dict(os.environ) | dict(env or {})
+    name_shown = f"stage {name} ({launcher})"
+    run_logged(distributed.resolve_refs(argv), log_path, name=name_shown, shown=shown(argv, env), env=full_env)
+    if not is_finished(out):
+        raise MemrlError(f"stage {name}: {launcher} finished but wrote no {out / 'final'}; see {log_path}")
+    return out / "final"
+
+
+def trl_stage_spawn(stage: Any, ctx: RunContext, name: str) -> distributed.Spawn | None:
+    """How a TRL stage leaves this process (see `memrl.train.distributed.trl_spawn`), on the GPUs its placement
+    plan leaves the trainer; None: it trains here."""
+    from memrl.train.placement import stage_plan
+
+    trainer_gpus = stage_plan(stage, None).trainer_gpus
+    return distributed.trl_spawn(
+        STAGE_ENTRY,
+        resolved_recipe(ctx),
+        name,
+        stage.cluster,
+        distributed.visible_gpus(),
+        inside=distributed.is_rank(),
+        trainer_gpus=trainer_gpus,
+    )
+
+
+def run_trl(stage: Any, ctx: RunContext, name: str, train: Callable[[], Path]) -> Path:
+    """`train()` here (CPU, one GPU, or one rank of a spawned stage), else the stage spawned on this node's GPUs."""
+    if (spawn := trl_stage_spawn(stage, ctx, name)) is None:
+        return train()
+    ctx.console.print(f"{name}: {spawn.launcher}")
+    return spawn_stage(spawn.argv, ctx, name, launcher=spawn.launcher, log=TRL_LOG, env=spawn.env)
+
+
+def plan_trl(stage: Any, ctx: RunContext, name: str, what: str, base: str) -> list[str]:
+    """`what` in-process, or the command that spawns it; then the placement plan of the stage on a GPU node."""
+    from memrl.train.placement import stage_plan
+
+    placement = stage_plan(stage, base).text()
+    if (spawn := trl_stage_spawn(stage, ctx, name)) is None:
+        return [f"{what} in-process", placement]
+    return [f"{what} under {spawn.launcher}", shown(spawn.argv, spawn.env), placement]
+
+
+# ---- the trainers' entries --------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Trainer(Generic[S]):
     """One backend behind a training stage, as the table holds it: (stage, ctx, name, base model, data folder) ->
@@ -95,7 +169,7 @@ def own_processes_entry(runner: StageRunner, files: tuple[str, ...], *, wandb: b
 
 def accelerate_entry(trainer: InProcessRunner, files: tuple[str, ...], *, wandb: bool) -> Trainer[Any]:
     """The entry of a backend that trains in this process: in-process, or one process per GPU under `accelerate
-    launch` (memrl.app.stages.spawn); `wandb`: it reads wandb's variables when it trains."""
+    launch` (`run_trl`); `wandb`: it reads wandb's variables when it trains."""
 
     def where(ctx: RunContext, name: str) -> StageRun:
         if wandb:
