@@ -17,7 +17,7 @@ from typing import Any
 from memrl.core.errors import MemrlError
 from memrl.core.files import atomic_write_json
 from memrl.core.outcomes import NothingDoneError
-from memrl.core.validation import check_disjoint as check_splits_disjoint
+from memrl.core.schema import check_disjoint as check_splits_disjoint
 from memrl.data_gen.config import JudgerDataConfig
 from memrl.data_gen.judger_pairs import JudgerPair, write_pairs
 from memrl.envs.tod.extract import folder_schemas

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from memrl.core.errors import ConfigError
 from memrl.core.outcomes import NothingDoneError
-from memrl.core.validation import check_disjoint as check_splits_disjoint
+from memrl.core.schema import check_disjoint as check_splits_disjoint
 from memrl.data_gen.config import ReflectionDataConfig
 from memrl.data_gen.gold import NOTES, compose_notes, compose_reasoning, gold_json
 from memrl.data_gen.writers import ReflectionRecord, Stats, write_dataset

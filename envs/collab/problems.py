@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from memrl.core.errors import ConfigError, closest
 from memrl.core.files import check_file, parse_json, read_jsonl, read_text
-from memrl.core.validation import as_text
-from memrl.core.validation import check_disjoint as check_splits_disjoint
+from memrl.core.schema import as_text
+from memrl.core.schema import check_disjoint as check_splits_disjoint
 
 
 class AnswerKind(StrEnum):

@@ -18,8 +18,8 @@ from typing import Any, Literal
 from memrl.core.errors import ConfigError
 from memrl.core.files import parse_json, read_jsonl, read_text
 from memrl.core.preferences import TAXONOMY, from_original, get_preference
-from memrl.core.validation import as_text
-from memrl.core.validation import check_disjoint as check_splits_disjoint
+from memrl.core.schema import as_text
+from memrl.core.schema import check_disjoint as check_splits_disjoint
 
 # Personas in our own words; the paper draws its personas from Persona Hub, which is not shipped here.
 PERSONAS: tuple[str, ...] = (

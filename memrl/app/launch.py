@@ -38,8 +38,8 @@ from memrl.app.config import Recipe
 from memrl.app.recipe import LoadedRecipe, interpolate
 from memrl.core.envrefs import referenced_names
 from memrl.core.errors import ConfigError, MemrlError, first_line
+from memrl.core.schema import describe_error
 from memrl.core.secrets import MASK, is_secret_name, redact
-from memrl.core.validation import describe_error
 from memrl.train import ray_jobs
 
 LAUNCH_DIR = ".memrl-launch"

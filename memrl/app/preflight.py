@@ -27,7 +27,7 @@ from memrl.app.config import Recipe
 from memrl.core import interrupts
 from memrl.core.errors import MemrlError
 from memrl.rollout.config import OpenAIModelConfig
-from memrl.rollout.probe import Endpoint, is_local
+from memrl.train.endpoints import Endpoint, is_local
 
 VERL_V1 = ["verl", "transfer_queue", "verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.v1.agent_loop_tq"]
 # What an attention implementation named in the overrides needs importable (sdpa and eager are torch's own).
@@ -188,7 +188,7 @@ def _gpus(needs: _Needs, report: Report) -> None:
 
 
 def _endpoints(endpoints: list[Endpoint], plans: dict[str, Any], report: Report) -> None:
-    from memrl.rollout.probe import probe_all
+    from memrl.train.endpoints import probe_all
 
     for name, placed in plans.items():
         for p in placed.placed:

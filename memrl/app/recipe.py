@@ -23,8 +23,8 @@ from memrl.core.envrefs import ENV_REF, register_secrets, substitute
 from memrl.core.errors import ConfigError
 from memrl.core.files import atomic_write_text, describe_kind, read_text
 from memrl.core.runfolder import RUNTIME_KEYS
+from memrl.core.schema import describe_error, did_you_mean
 from memrl.core.secrets import redact
-from memrl.core.validation import describe_error, did_you_mean
 from memrl.core.yamlsafe import MAX_DEPTH, YamlRefused, load_yaml, safe_load
 
 Key = str | int

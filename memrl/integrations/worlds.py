@@ -268,7 +268,7 @@ def build_world(name: str, config: StrictModel | Mapping[str, Any] | None = None
     if not isinstance(config, model):
         from pydantic import ValidationError
 
-        from memrl.core.validation import describe_error
+        from memrl.core.schema import describe_error
 
         try:
             config = model.model_validate(dict(config or {}))

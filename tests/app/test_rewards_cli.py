@@ -10,6 +10,7 @@ from pathlib import Path
 from support import MemrlCLI
 from typer.testing import CliRunner
 
+import memrl.envs.registry  # registers the worlds' episode rewards, as the CLI does)
 import memrl.train.rewards  # noqa: F401  (registers next_session, as the CLI does)
 from memrl.app.cli.reward import reward_app
 from memrl.core.errors import ConfigError

@@ -27,9 +27,8 @@ from memrl.core.checkpoints import (
 from memrl.core.errors import ConfigError
 from memrl.core.outcomes import require_data
 from memrl.rewards.unscored import UnscoredWatch
-from memrl.rollout.probe import require_reachable
 from memrl.train.config import GRPOStage, PolicyOptimStage
-from memrl.train.endpoints import stage_endpoints
+from memrl.train.endpoints import require_reachable, stage_endpoints
 from memrl.train.hf_trainer import TrainContext, apply_overrides, base_args, master_dtype, resume_point
 from memrl.train.trl.common import (
     accumulation_steps,

@@ -20,7 +20,7 @@ from memrl.train.registry import JobGpus, StageRunner
 from memrl.train.stage_run import CURVES_FILE, StageRun
 
 if TYPE_CHECKING:
-    from memrl.rollout.probe import Endpoint
+    from memrl.train.endpoints import Endpoint
     from memrl.train.online.config import OnlineGRPOStage
 
 PARTS_CURVES_FILE = "reward_parts.png"  # an online stage's reward parts per step
@@ -173,8 +173,7 @@ def run_sft(stage: SFTStage, where: StageRun, base: str, data: Path) -> None:
 
 
 def run_grpo(stage: GRPOStage, where: StageRun, base: str, data: Path) -> None:
-    from memrl.rollout.probe import require_reachable
-    from memrl.train.endpoints import stage_endpoints
+    from memrl.train.endpoints import require_reachable, stage_endpoints
 
     require_reachable(stage_endpoints(stage))  # a dead judge fails here, in seconds, before verl takes the GPUs
     command = grpo_command(stage, where, base, data, dry_run=False)

@@ -26,10 +26,9 @@ from memrl.core.errors import ConfigError
 from memrl.core.secrets import redact
 from memrl.rewards.config import UnscoredStop
 from memrl.rewards.unscored import unscored_env
-from memrl.rollout.probe import Endpoint, is_local
 from memrl.train import processes, ray_jobs
 from memrl.train.config import ClusterConfig, GRPOStage
-from memrl.train.endpoints import stage_endpoints
+from memrl.train.endpoints import Endpoint, is_local, stage_endpoints
 from memrl.train.verl.main import FORWARD_PREFIXES
 from memrl.train.verl.overrides import MODULES_ENV
 from memrl.train.verl.rewards import JUDGE_KEY_ENV, OUTCOME_KEY_ENVS

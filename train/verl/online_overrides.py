@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Unpack
 
-from memrl.rollout.probe import Endpoint
-from memrl.train.endpoints import stage_endpoints
+from memrl.train.endpoints import Endpoint, stage_endpoints
 from memrl.train.online.config import OnlineGRPOStage
 from memrl.train.verl.online_data import EVAL_FILE, TRAIN_FILE, LoopSettings
 from memrl.train.verl.overrides import VerlRun, kv, per_worker, stage_overrides, worker_count

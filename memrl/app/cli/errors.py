@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from memrl.core.errors import MemrlError
 from memrl.core.files import describe_os_error
+from memrl.core.schema import describe_any
 from memrl.core.secrets import redact
-from memrl.core.validation import describe_any
 from memrl.core.yamlsafe import describe_yaml_error
 
 

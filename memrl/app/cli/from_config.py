@@ -31,9 +31,8 @@ from memrl.app.context import redact_console
 from memrl.core import interrupts
 from memrl.core.errors import ConfigError
 from memrl.core.files import describe_kind
-from memrl.core.schema import number_problem
+from memrl.core.schema import describe_error, number_problem
 from memrl.core.secrets import redact_logs
-from memrl.core.validation import describe_error
 from memrl.rollout.config import HFModelConfig, OpenAIModelConfig, VLLMModelConfig, model_from_spec
 
 MODEL_HELP = "NAME (served locally) or NAME@URL (an OpenAI-compatible endpoint)"

@@ -25,8 +25,7 @@ from memrl.app.cli.from_config import (
     sane_number,
 )
 from memrl.core.errors import ConfigError
-from memrl.core.schema import StrictModel
-from memrl.core.validation import describe_error
+from memrl.core.schema import StrictModel, describe_error
 from memrl.rollout.config import model_from_spec
 
 world_app = typer.Typer(help="memrl's worlds for other trainers: OpenEnv servers.", no_args_is_help=True)

@@ -42,8 +42,7 @@ def verl_command(stage: OnlineGRPOStage, ctx: RunContext, name: str, *, dry_run:
 def run(stage: OnlineGRPOStage, ctx: RunContext, name: str) -> None:
     if already_finished(ctx, name):
         return
-    from memrl.rollout.probe import require_reachable
-    from memrl.train.endpoints import stage_endpoints
+    from memrl.train.endpoints import require_reachable, stage_endpoints
 
     require_reachable(stage_endpoints(stage))  # the user model must answer before the first episode is played
     train(with_env_refs(stage, ctx), ctx, name, _data(stage, ctx, name))
