@@ -88,10 +88,15 @@ VERL_PANELS: dict[str, dict[str, str]] = {
     "loss": {"train loss": "train/loss", "eval loss": "val/loss"},
     "learning rate": {"lr": "train/lr"},
 }
-# The reward and the reflection reward's parts registered in memrl.rewards (importing memrl.train.rewards here would
-# tie every importer of the charts to the collab world) on the validation set: verl logs the reward function's extra
-# keys only for validation, as `val-core|val-aux/<data source>/<name>/mean@<n>`.
-REWARD_PARTS = ("reward", *(part for entry in REWARDS.values() if entry.build is not None for part in entry.parts))
+
+
+def reward_parts() -> tuple[str, ...]:
+    """The reward and the reflection reward's parts registered when the chart is drawn (importing
+    memrl.train.rewards here would tie every importer of the charts to the collab world), on the validation set: verl
+    logs the reward function's extra keys only for validation, as `val-core|val-aux/<data source>/<name>/mean@<n>`."""
+    return ("reward", *(part for entry in REWARDS.values() if entry.build is not None for part in entry.parts))
+
+
 _VAL = re.compile(r"^val-(?:core|aux)/(?P<source>[^/]+)/(?P<name>[^/]+)/mean@(?P<n>\d+)$")
 
 
@@ -106,17 +111,18 @@ def verl_chart(steps: Steps, out: Path, title: str | None = None) -> Chart | Non
 
 def eval_reward(steps: Steps) -> dict[str, Points]:
     """`eval <part>` per validation step, at the largest n verl averaged over (one source: no source in the label)."""
+    parts = reward_parts()
     found: dict[tuple[str, str], tuple[int, str]] = {}
     for row in steps.values():
         for key in row:
             m = _VAL.match(key)
-            if m and m["name"] in REWARD_PARTS:
+            if m and m["name"] in parts:
                 best = found.get((m["source"], m["name"]))
                 if best is None or int(m["n"]) > best[0]:
                     found[(m["source"], m["name"])] = (int(m["n"]), key)
     sources = {source for source, _ in found}
     out: dict[str, Points] = {}
-    for (source, name), (_, key) in sorted(found.items(), key=lambda item: REWARD_PARTS.index(item[0][1])):
+    for (source, name), (_, key) in sorted(found.items(), key=lambda item: parts.index(item[0][1])):
         out[f"eval {name}" + (f" [{source}]" if len(sources) > 1 else "")] = _series(steps, key)
     return out
 

@@ -13,6 +13,7 @@ from test_rewards_trl import GOOD, TRUTH, call_all
 from memrl.rewards.config import RewardConfig
 from memrl.rewards.parts import PartContext, RewardPart, Sample, Scored, score_parts
 from memrl.rewards.registry import REWARDS, RewardEntry, reflection_parts
+from memrl.train.curves import eval_reward
 from memrl.train.trl.rewards import grpo_rewards
 
 BREVITY_WEIGHT = 0.25
@@ -78,3 +79,11 @@ def test_an_outcome_reward_nobody_registered_is_an_error_not_a_missing_part() ->
         .splitlines()[-1]
         .endswith("reward.outcome is set but the next-session reward is not registered: import memrl.train.rewards")
     ), done.stderr[-2000:]
+
+
+def test_a_part_registered_after_the_charts_were_imported_is_charted(brevity: RewardEntry) -> None:
+    """verl logs a part only on the validation set; the chart reads the registry when it draws, not when imported."""
+    steps = {
+        2: {"val-core/memrl/brevity/mean@1": -0.3, "val-core/memrl/brevity/mean@4": -0.2, "val-core/x/y/mean@1": 1}
+    }
+    assert eval_reward(steps) == {"eval brevity": [(2, -0.2)]}
