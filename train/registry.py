@@ -64,6 +64,20 @@ def in_job_processes(stage: Any, raw: dict[str, Any], dashboard: str) -> JobGpus
 
 
 @dataclass(frozen=True)
+class Needs:
+    """What a backend's job needs on the machine that runs it, beyond the stage's plan: GPUs (0: none of its own) and
+    the modules its processes import, checked by `memrl preflight`."""
+
+    gpus: int = 0
+    modules: tuple[str, ...] = ()
+
+
+def no_needs(stage: Any, plan: str) -> Needs:
+    """The default preflight hook: the stage's own process imports what the app already checked."""
+    return Needs()
+
+
+@dataclass(frozen=True)
 class TrainedKind:
     """One stage kind a backend trains (`sft`, `grpo`, `online_grpo`: every world's `<world>_grpo`)."""
 
@@ -88,6 +102,7 @@ class TrainerBackend:
     resumes: bool = False  # a rerun resumes from its last checkpoint in the stage folder (hf_trainer.resume_point)
     hosts_vllm: bool = False  # it serves the stage's vLLM models itself (the app starts no engine for them)
     job: Callable[[Any, dict[str, Any], str], JobGpus] = field(default=in_job_processes)  # adapts its Ray job entry
+    needs: Callable[[Any, str], Needs] = field(default=no_needs)  # (stage, its --dry-run text) -> what preflight checks
 
 
 def backend(name: str) -> TrainerBackend:

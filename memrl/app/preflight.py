@@ -29,9 +29,6 @@ from memrl.core.errors import MemrlError
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.train.endpoints import Endpoint, is_local
 
-VERL_V1 = ["verl", "transfer_queue", "verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.v1.agent_loop_tq"]
-# What an attention implementation named in the overrides needs importable (sdpa and eager are torch's own).
-ATTENTION_KERNELS = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
 WHOLE_GPU = 0.9  # the share of a GPU's memory that must be free for a trainer that takes the whole GPU
 _IMPORT_CHECK = """
 import importlib, json, sys
@@ -82,6 +79,7 @@ def _needs(recipe: Recipe, names: list[str], report: Report) -> _Needs:
     from memrl.app.stages.base import inprocess_gpus, model_keys
     from memrl.train.endpoints import stage_endpoints
     from memrl.train.placement import layout, stage_plan
+    from memrl.train.registry import stage_backend
 
     needs = _Needs()
     quiet = Console(file=open(os.devnull, "w"))  # noqa: SIM115 - closed with the context below
@@ -108,15 +106,11 @@ def _needs(recipe: Recipe, names: list[str], report: Report) -> _Needs:
                 needs.plans[name] = placed = stage_plan(stage, base)
                 needs.planned[name] = (stage, base)
                 report.checks.append((f"placement {name}", placed.lines()[-1].strip()))
-            if getattr(stage, "trainer", None) == "verl":
-                sft = stage.kind == "sft"
-                needs.gpus[name] = stage.cluster.gpus_per_node
-                modules = [*VERL_V1, "verl.trainer.sft_trainer" if sft else "verl.trainer.main_ppo"]
-                modules += [] if sft else ["vllm"]
-                for attn, module in ATTENTION_KERNELS.items():
-                    if f"attn_implementation={attn}" in text:
-                        modules.append(module)
-                for module in modules:
+            if found := stage_backend(stage):  # what the trainer's own processes need (verl: GPUs and its modules)
+                wanted = found[0].needs(stage, text)
+                if wanted.gpus:
+                    needs.gpus[name] = wanted.gpus
+                for module in wanted.modules:
                     needs.modules.setdefault(module, name)
             if getattr(stage, "deepspeed", None):
                 needs.modules.setdefault("deepspeed", name)

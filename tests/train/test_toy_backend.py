@@ -4,6 +4,7 @@ through the app's table, with nothing else edited."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import types
@@ -14,11 +15,12 @@ import yaml
 from support import memrl_in_process
 
 from memrl.app.config import Recipe
+from memrl.app.preflight import preflight
 from memrl.app.stages import training
 from memrl.train import registry
 from memrl.train.config import SFTStage
 from memrl.train.placement import Layout, layout, stage_plan
-from memrl.train.registry import StageRunner, TrainedKind, TrainerBackend
+from memrl.train.registry import Needs, StageRunner, TrainedKind, TrainerBackend
 from memrl.train.stage_run import StageRun
 
 TOY_LAYOUT = Layout("policy (toy, one process)", weights="replicated")
@@ -102,3 +104,18 @@ def test_memrl_run_trains_with_the_registered_trainer(toy: TrainerBackend, tmp_p
     code, err = memrl_in_process(["run", recipe], stdout=True)
     assert code != 0 and "toy.jsonl" in err
     assert not (tmp_path / "again" / "sft" / "final").exists()
+
+
+def test_preflight_checks_what_the_registered_trainer_says_its_processes_need(
+    toy: TrainerBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def needs(stage: SFTStage, plan: str) -> Needs:
+        assert "toy trainer: toy-base-0.5b" in plan  # the stage's --dry-run text, to read its options from
+        return Needs(modules=("json", "toy_trainer_kernel_not_installed"))
+
+    monkeypatch.setitem(registry.BACKENDS, "toy", dataclasses.replace(toy, needs=needs))
+    report = preflight(Recipe.model_validate(_recipe(tmp_path, "toy")))
+    assert report.problems == [
+        "package: toy_trainer_kernel_not_installed does not import (ModuleNotFoundError: No module named "
+        "'toy_trainer_kernel_not_installed'); stage sft needs it"
+    ]
