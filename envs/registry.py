@@ -1,14 +1,17 @@
-"""Every world by name, in one table: how it is evaluated and whether (and how) a policy trains in it online.
+"""Every world by name, in one table: how it is evaluated, whether (and how) a policy trains in it online, and how a
+trainer outside memrl plays it.
 
 A `World` holds its evaluation (`eval_config`, the config of `memrl eval NAME` and of stage `eval_NAME`; `run`, the
-runner that plays it through the driver, `envs/driver.py`) and `online`: either the two halves `envs/online.py`
-describes, or the reason the world has no such halves yet. `Online` is a world's training side: `config`, the
-`env` of its `<name>_grpo` stage (an `OnlineConfig`: the rows a policy trains on, and `episodes`, the episode
-builder that turns a row's spec into a fresh `Episode`), `reward`, the stage's `reward` (a `PartWeights`: the parts
-of a finished episode's record, and their weights), and `view`, how the policy sees a row. `train/online` and the
-trainer adapters reach a world only through this table (`online`), so a new world is its own modules and one entry
-here (docs/online-rl.md, "Adding a world"); `register` also lists an online world's episode reward in `memrl reward
-list`.
+runner that plays it through the driver, `envs/driver.py`), `online`: either the two halves `envs/online.py`
+describes, or the reason the world has no such halves yet, and `served`: its served half (`Served`,
+`envs/served.py`: the config of `memrl world serve NAME` and of verifiers' `load_environment(world=NAME)`, and the
+world built from it). `Online` is a world's training side: `config`, the `env` of its `<name>_grpo` stage (an
+`OnlineConfig`: the rows a policy trains on, and `episodes`, the episode builder that turns a row's spec into a
+fresh `Episode`), `reward`, the stage's `reward` (a `PartWeights`: the parts of a finished episode's record, and
+their weights), and `view`, how the policy sees a row. `train/online` and the trainer adapters reach a world only
+through this table (`online`), as memrl.integrations does (`served`), so a new world is its own modules and one
+entry here (docs/online-rl.md, "Adding a world"); `register` also lists an online world's episode reward in `memrl
+reward list`.
 """
 
 from __future__ import annotations
@@ -22,11 +25,15 @@ from memrl.core.schema import StrictModel
 from memrl.envs.collab.config import CollabEvalConfig
 from memrl.envs.collab.rows import CollabRLConfig
 from memrl.envs.collab.rows import policy_view as collab_view
+from memrl.envs.collab.served import SERVED as COLLAB_SERVED
 from memrl.envs.online import OnlineConfig, PolicyView
 from memrl.envs.pahf.config import PahfEvalConfig
+from memrl.envs.pahf.served import SERVED as PAHF_SERVED
+from memrl.envs.served import Served
 from memrl.envs.tod.config import TodEvalConfig
 from memrl.envs.tod.rows import TodRLConfig
 from memrl.envs.tod.rows import policy_view as tod_view
+from memrl.envs.tod.served import SERVED as TOD_SERVED
 from memrl.rewards.collab_episode import EpisodeRewardWeights
 from memrl.rewards.episode import PartWeights
 from memrl.rewards.registry import RewardEntry
@@ -76,6 +83,7 @@ class World:
     online: Online | str  # its online half, or why it has none yet
     eval_config: type[StrictModel] | None = None  # `memrl eval NAME` / stage `eval_NAME`; None: no evaluation
     run: Callable[..., DrivenRun] | None = None  # (eval config, output folder, console, ...) -> the driven run
+    served: Served | None = None  # how a trainer outside memrl plays it; None: not served
 
 
 WORLDS: dict[str, World] = {}
@@ -102,14 +110,21 @@ def register(entry: World) -> World:
 
 
 for _world in (
-    World("collab", Online(CollabRLConfig, EpisodeRewardWeights, collab_view), CollabEvalConfig, _run_collab),
-    World("tod", Online(TodRLConfig, TodRewardWeights, tod_view), TodEvalConfig, _run_tod),
+    World(
+        "collab",
+        Online(CollabRLConfig, EpisodeRewardWeights, collab_view),
+        CollabEvalConfig,
+        _run_collab,
+        COLLAB_SERVED,
+    ),
+    World("tod", Online(TodRLConfig, TodRewardWeights, tod_view), TodEvalConfig, _run_tod, TOD_SERVED),
     World(
         "pahf",
         "a task's episode is built from a `Job` (`protocol.build_task`), but the policy's prompt needs the agent's "
         "memory summary and the task record its memory writes; there is no row format or policy view yet",
         PahfEvalConfig,
         _run_pahf,
+        PAHF_SERVED,
     ),
 ):
     register(_world)
@@ -128,6 +143,11 @@ def world(name: str) -> World:
     if name not in WORLDS:
         raise MemrlError(f"unknown world {name!r} (worlds: {', '.join(WORLDS)})")
     return WORLDS[name]
+
+
+def served_worlds() -> dict[str, Served]:
+    """The worlds a trainer outside memrl plays (`memrl world serve NAME`), by name, in table order."""
+    return {name: w.served for name, w in WORLDS.items() if w.served is not None}
 
 
 def online_worlds() -> dict[str, Online]:

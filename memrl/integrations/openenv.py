@@ -28,7 +28,8 @@ from pydantic import ConfigDict, Field
 
 from memrl.core.errors import ConfigError
 from memrl.envs.episode import Episode
-from memrl.integrations.worlds import SEEDS, World
+from memrl.envs.served import ServedWorld
+from memrl.integrations.worlds import SEEDS
 from memrl.rollout.serve import client_netloc
 
 
@@ -86,7 +87,7 @@ class WorldEnvironment(Environment[WorldAction, WorldObservation, WorldState]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: ServedWorld) -> None:
         super().__init__()
         self.world = world
         self._episode: Episode | None = None
@@ -150,7 +151,7 @@ class WorldEnvironment(Environment[WorldAction, WorldObservation, WorldState]):
         )
 
 
-def world_app(world: World, max_clients: int = 8) -> Any:
+def world_app(world: ServedWorld, max_clients: int = 8) -> Any:
     """OpenEnv's FastAPI app serving `world`, one environment per connected client (at most `max_clients`)."""
     factory: Callable[[], WorldEnvironment] = lambda: WorldEnvironment(world)  # noqa: E731
     return create_app(
@@ -158,7 +159,7 @@ def world_app(world: World, max_clients: int = 8) -> Any:
     )
 
 
-def serve(world: World, host: str, port: int, max_clients: int, announce: Callable[[str], None]) -> None:
+def serve(world: ServedWorld, host: str, port: int, max_clients: int, announce: Callable[[str], None]) -> None:
     """Serve `world` at host:port until stopped (SIGINT/SIGTERM); `announce` gets the URL once it listens."""
     import uvicorn
 

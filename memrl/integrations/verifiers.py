@@ -32,8 +32,10 @@ from verifiers.clients import OpenAIChatCompletionsClient
 
 from memrl.core.asyncs import run_sync
 from memrl.core.errors import ConfigError
+from memrl.envs.collab.served import CollabWorld
 from memrl.envs.episode import Episode
-from memrl.integrations.worlds import CollabWorld, World, build_world, system_prompt
+from memrl.envs.served import ServedWorld
+from memrl.integrations.worlds import build_world, served, system_prompt
 from memrl.rollout.base import Message
 
 
@@ -63,7 +65,7 @@ class LocalChatClient(OpenAIChatCompletionsClient):
 class MemrlWorldEnv(vf.MultiTurnEnv):
     """A verifiers multi-turn environment whose env turn is a memrl world's simulated user (see the module)."""
 
-    def __init__(self, world: World, seeds: Sequence[int], **kwargs: Any) -> None:
+    def __init__(self, world: ServedWorld, seeds: Sequence[int], **kwargs: Any) -> None:
         self.world = world
         system = system_prompt(world.name, world.cfg.reply_tokens if isinstance(world, CollabWorld) else 256)
 
@@ -81,13 +83,8 @@ class MemrlWorldEnv(vf.MultiTurnEnv):
         rubric = vf.Rubric(funcs=[self.reward], weights=[1.0])
         dataset = Dataset.from_list(rows)
         super().__init__(dataset=dataset, eval_dataset=dataset, rubric=rubric, max_turns=-1, **kwargs)
-        for part in self._parts():
+        for part in served(world.name).metrics:
             rubric.add_metric(self._metric(part))
-
-    def _parts(self) -> list[str]:
-        return {"collab": ["task_success", "user_effort", "length"], "tod": ["success", "dte"], "pahf": ["correct"]}[
-            self.world.name
-        ]
 
     @staticmethod
     def _metric(part: str) -> Callable[..., Any]:

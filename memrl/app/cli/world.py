@@ -1,8 +1,9 @@
-"""`memrl world serve collab|tod|pahf`: a world as an OpenEnv server (memrl.integrations.openenv).
+"""`memrl world serve WORLD`: a world as an OpenEnv server (memrl.integrations.openenv).
 
-Each world's command takes one flag per field of its config (memrl.integrations.worlds), named and described by the
-field, as the action commands do (`from_config`), plus where to listen. Not under `memrl env`, which manages the
-separate environments of tools.
+One command per world with a served half in the world table (memrl.envs.registry, `served`), in table order and
+described by its `help`. It takes one flag per field of the world's config, named and described by the field, as the
+action commands do (`from_config`), plus where to listen. Not under `memrl env`, which manages the separate
+environments of tools.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from memrl.app.cli.from_config import (
 )
 from memrl.core.errors import ConfigError
 from memrl.core.schema import StrictModel, describe_error
+from memrl.envs.registry import served_worlds
 from memrl.rollout.config import model_from_spec
 
 world_app = typer.Typer(help="memrl's worlds for other trainers: OpenEnv servers.", no_args_is_help=True)
@@ -35,14 +37,8 @@ serve_app = typer.Typer(
 )
 world_app.add_typer(serve_app, name="serve")
 
-_WORLD_HELP = {
-    "collab": "MultiSessionCollab: a user with preferences; --sessions N carries the agent's notes between sessions.",
-    "tod": "MS-TOD: the proactive confirmation loop of a session drawn from --data.",
-    "pahf": "PAHF shopping: a purchase drawn from --data; the agent may ask, then acts.",
-}
 
-
-def _serve_command(name: str, model: type[StrictModel]) -> Callable[..., None]:
+def _serve_command(name: str, model: type[StrictModel], help_text: str) -> Callable[..., None]:
     params = [
         inspect.Parameter(
             "port",
@@ -104,13 +100,13 @@ def _serve_command(name: str, model: type[StrictModel]) -> Callable[..., None]:
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}
-    command.__doc__ = _WORLD_HELP[name]
+    command.__doc__ = help_text
     return command
 
 
 @world_app.command("play")
 def play(
-    world: Annotated[str, typer.Argument(help="the world served: collab | tod | pahf")],
+    world: Annotated[str, typer.Argument(help=f"the world served: {' | '.join(served_worlds())}")],
     env: Annotated[str, typer.Option("--env", help="the server's URL (memrl world serve)")] = "http://127.0.0.1:8001",
     model: Annotated[str, typer.Option("--model", help=f"the agent: {MODEL_HELP}")] = "smollm2",
     seed: Annotated[int | None, typer.Option("--seed", help="the episode's seed", callback=sane_number)] = None,
@@ -150,10 +146,8 @@ def play(
 
 
 def _install() -> None:
-    from memrl.integrations.worlds import CONFIGS
-
-    for name, model in CONFIGS.items():
-        serve_app.command(name)(_serve_command(name, model))
+    for name, served in served_worlds().items():
+        serve_app.command(name)(_serve_command(name, served.config, served.help))
 
 
 _install()
