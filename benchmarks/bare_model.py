@@ -10,7 +10,8 @@ against (`quickstart_stages.py`).
   `rollouts` completions of the step's longest length, then one forward + backward over prompt and completions on
   the unmerged adapter.
 Training runs at the precision TRL gets from memrl (`hf_trainer.device_args`: bf16 autocast where the CPU has bf16
-instructions), generation in fp32 (bf16 decoding is slower on CPU).
+instructions); the data and eval stages' generation replayed at the dtype memrl decodes in (`core.models.compute_dtype`:
+bf16 on a CPU with bf16 instructions, else fp32), so their ratio compares the same arithmetic.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from memrl.core.models import compute_dtype
 
 
 @dataclass
@@ -68,13 +71,13 @@ class Recorder:
             HFBackend.generate = original  # type: ignore[method-assign]
 
 
-def _load(path: str) -> tuple[Any, Any]:
+def _load(path: str, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model.eval(), tokenizer
 
 
@@ -94,7 +97,7 @@ def replay(calls: Sequence[Call]) -> dict[str, float]:
     start, tokens, loaded = time.perf_counter(), 0, {}
     for call in calls:
         if call.model not in loaded:
-            loaded[call.model] = _load(call.model)
+            loaded[call.model] = _load(call.model, compute_dtype("cpu"))
         model, tokenizer = loaded[call.model]
         tokens += _generate(model, tokenizer, call.conversations, call.new_tokens, call.temperature)
     rows = sum(len(c.conversations) for c in calls)
