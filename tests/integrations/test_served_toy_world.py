@@ -18,48 +18,18 @@ from typing import Any
 
 import pytest
 from pydantic import Field
+from support.echo import Echo
 
 from memrl.core.errors import ConfigError
 from memrl.core.schema import StrictModel
 from memrl.envs.checker import check_episode
-from memrl.envs.episode import PolicyReply, Step, check_step, play
+from memrl.envs.episode import PolicyReply, play
 from memrl.envs.registry import WORLDS, World, register, served_worlds
 from memrl.envs.served import Served, no_options
 from memrl.integrations.worlds import build_world, system_prompt, world_config
 from memrl.rollout.base import Message
 
 WORDS = ("apple", "river", "stone")
-
-
-class Echo:
-    """The user asks for a word; a reply that holds it ends the episode, else the user asks again until the limit."""
-
-    def __init__(self, word: str, max_turns: int) -> None:
-        self.word, self.max_turns = word, max_turns
-        self._said: list[Message] | None = None
-        self._replies: list[str] = []
-        self._over = False
-
-    async def reset(self, *, seed: int | None = None) -> list[Message]:
-        self._said, self._replies, self._over = [{"role": "user", "content": f"Say the word {self.word}."}], [], False
-        return list(self._said)
-
-    async def step(self, reply: str, **annotations: Any) -> Step:
-        said = [*check_step(self, annotations, self._said, over=self._over), {"role": "assistant", "content": reply}]
-        self._replies.append(reply)
-        hit = self.word in reply.lower()
-        if hit or len(self._replies) == self.max_turns:
-            self._said, self._over = said, True
-            return Step(
-                said, {"hit": float(hit), "replies": float(len(self._replies))}, terminated=hit, truncated=not hit
-            )
-        self._said = [*said, {"role": "user", "content": "No. Say it again."}]
-        return Step(list(self._said))
-
-    def record(self) -> dict[str, Any]:
-        if not self._over:
-            raise RuntimeError("the episode is not over")
-        return {"word": self.word, "replies": list(self._replies)}
 
 
 class ToyWorldConfig(StrictModel):
@@ -170,7 +140,7 @@ def test_a_registered_world_gets_its_serve_command(toy: World) -> None:
     """`memrl world serve` lists a world registered before the CLI reads the table, with its help and flags."""
     code = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]  # the test, tests/support
         import {Path(__file__).stem} as toy
         from memrl.envs.registry import World, register
         register(World("toy", "served only", served=toy.TOY))

@@ -8,48 +8,19 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic import Field
+from support.echo import Echo
 
 from memrl.envs.checker import check_episode
-from memrl.envs.episode import PolicyReply, Step, check_step
+from memrl.envs.episode import PolicyReply
 from memrl.envs.online import OnlineConfig, PolicyView
 from memrl.envs.registry import WORLDS, Online, World, online, online_of, register
 from memrl.rewards.episode import PartWeights, Record
 from memrl.rewards.registry import REWARDS
 from memrl.rollout.base import Message
 from memrl.rollout.config import ModelConfig
-
-
-class Echo:
-    """The user asks for a word; a reply that holds it ends the episode, else the user asks again, twice at most."""
-
-    def __init__(self, word: str) -> None:
-        self.word = word
-        self._said: list[Message] | None = None
-        self._replies: list[str] = []
-        self._over = False
-
-    async def reset(self, *, seed: int | None = None) -> list[Message]:
-        self._said, self._replies, self._over = [{"role": "user", "content": f"Say the word {self.word}."}], [], False
-        return list(self._said)
-
-    async def step(self, reply: str, **annotations: Any) -> Step:
-        said = [*check_step(self, annotations, self._said, over=self._over), {"role": "assistant", "content": reply}]
-        self._replies.append(reply)
-        hit = self.word in reply.lower()
-        if hit or len(self._replies) == 2:
-            self._said, self._over = said, True
-            return Step(said, {"hit": float(hit)}, terminated=hit, truncated=not hit)
-        self._said = [*said, {"role": "user", "content": "No. Say it again."}]
-        return Step(list(self._said))
-
-    def record(self) -> dict[str, Any]:
-        if not self._over:
-            raise RuntimeError("the episode is not over")
-        return {"word": self.word, "replies": list(self._replies), "hit": self.word in self._replies[-1].lower()}
 
 
 class EchoEpisodes:
@@ -78,7 +49,7 @@ class EchoConfig(OnlineConfig):
 
 
 def echo_parts(record: Record) -> dict[str, float | None]:
-    return {"hit": float(record["hit"]), "replies": -float(len(record["replies"]))}
+    return {"hit": float(record["word"] in record["replies"][-1].lower()), "replies": -float(len(record["replies"]))}
 
 
 class EchoWeights(PartWeights):
