@@ -9,7 +9,12 @@ Credit levels (the most serious defect decides):
 | 0.5    | repaired   | the object parses only after repair, a field is a list/object instead of a string, or |
 |        |            | the object repeats a key or holds keys beyond the two (JSON readers keep one of them) |
 | 0.25   | notes only | usable `agent_notes`, but the reasoning key is missing or empty                     |
+| 0.0    | cut        | the object never closes: the reply stopped inside it (the token cap cut it)          |
 | 0.0    | unusable   | no JSON object, or `agent_notes` missing or empty                                   |
+
+A cut reply earns no format credit, however much of it repair recovers: a reflection that runs to the token cap is
+not a well-structured one, and crediting its salvaged half taught GRPO to run every rollout to the cap
+(docs/reflection.md, run M). Its notes are still read (repaired) for the coverage judge, as the agent would.
 
 The notes are read the way the collab agent reads them (lists and objects are flattened into lines), so the
 coverage judge grades exactly what would reach the agent's memory.
@@ -38,8 +43,11 @@ ReplyFormat = Literal["json", "text"]
 REASONING_KEY, NOTES_KEY = REFLECTION_KEYS
 
 EXACT, WRAPPED, REPAIRED, NOTES_ONLY, UNUSABLE = 1.0, 0.75, 0.5, 0.25, 0.0
+CUT = UNUSABLE
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\Z)', re.DOTALL)  # a string literal, or one the text ends in
+_BRACKETS = re.compile(r"[^][{}]+")
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,8 @@ def format_reward(text: str) -> FormatResult:
     notes = field_text(notes_value).strip()
     if not notes:
         return FormatResult(UNUSABLE, None, f"unusable: {NOTES_KEY!r} is missing or empty")
+    if repaired and _ends_open(text):
+        return FormatResult(CUT, notes, "cut: the reply ends inside its JSON object")
     if not field_text(reasoning_value).strip():
         return FormatResult(NOTES_ONLY, notes, f"notes only: {REASONING_KEY!r} is missing or empty")
     not_strings = [k for k, v in ((REASONING_KEY, reasoning_value), (NOTES_KEY, notes_value)) if not isinstance(v, str)]
@@ -102,6 +112,19 @@ def format_reward(text: str) -> FormatResult:
     if not exact:
         return FormatResult(WRAPPED, notes, "wrapped: the object is fenced or has text around it")
     return FormatResult(EXACT, notes, "exact: one JSON object with both keys")
+
+
+def _ends_open(text: str) -> bool:
+    """Whether the reply stops inside its first JSON object (a string left open leaves its object open too)."""
+    start = text.find("{")
+    if start < 0:
+        return False
+    depth = 0
+    for char in _BRACKETS.sub("", _STRING.sub("", text[start:])):
+        depth += 1 if char in "{[" else -1
+        if depth == 0:
+            return False
+    return True
 
 
 def _off_contract(data: dict[str, Any]) -> str:

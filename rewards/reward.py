@@ -38,7 +38,7 @@ class RewardScorer:
         self.judge = judge if judge is not None else build_judge(self.cfg.judge)
         self.last_batch_failures = 0  # judge failures in the latest batch
         self.failures = 0  # judge failures since the scorer was built
-        self.format_failures = 0  # replies with no usable notes (format credit 0) since the scorer was built
+        self.format_failures = 0  # replies with format credit 0 (no usable notes, or cut) since the scorer was built
         self.scored = 0  # samples scored since the scorer was built
         self.batches = 0  # judge calls (one per scored batch)
         self._lock = threading.Lock()

@@ -179,6 +179,7 @@ def _sessions(eval_dir: Path, data_rows: Mapping[str, Mapping[str, Any]], labels
             cells.append(
                 f'<div class="notes">{escape(notes if notes is not None else "(no usable notes)")}</div>'
                 f'<p class="small">judge {_num(line.get("judge_score"), 2)}/3: {escape(line.get("reasoning", ""))}</p>'
+                f'<p class="small">format {_num(line.get("format"), 2)}: {escape(line.get("format_reason", ""))}</p>'
                 f'<p class="small">{_heard(heard)}</p>'
             )
         blocks.append(

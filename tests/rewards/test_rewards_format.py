@@ -7,7 +7,7 @@ import json
 import pytest
 
 from memrl.core.errors import ConfigError
-from memrl.rewards.format import EXACT, NOTES_ONLY, REPAIRED, UNUSABLE, WRAPPED, extract_notes, format_reward
+from memrl.rewards.format import CUT, EXACT, NOTES_ONLY, REPAIRED, UNUSABLE, WRAPPED, extract_notes, format_reward
 from memrl.rewards.text import count_tokens, split_statements
 from memrl.rewards.types import GroundTruth
 
@@ -22,7 +22,13 @@ GOOD = {"user_preferences_reasoning": "The user asked for bullets.", "agent_note
         ("```json\n" + json.dumps(GOOD) + "\n```", WRAPPED, "wrapped"),
         ("Here are my notes: " + json.dumps(GOOD) + " Hope this helps.", WRAPPED, "wrapped"),
         ("<think>bullets</think>\n" + json.dumps(GOOD), WRAPPED, "wrapped"),
-        (json.dumps(GOOD)[:-2], REPAIRED, "repaired"),  # truncated: closing quote and brace missing
+        (json.dumps(GOOD)[:-1] + ",}", REPAIRED, "repaired"),  # closed, but not valid JSON as written
+        # Cut at the token cap: the object never closes, however much repair recovers (a brace inside a string
+        # neither opens nor closes it).
+        (json.dumps(GOOD)[:-2], CUT, "cut"),
+        (json.dumps(GOOD)[:-1], CUT, "cut"),
+        ('{"user_preferences_reasoning": "a } b", "agent_notes": ["- Use bullets", "- Be brief', CUT, "cut"),
+        ("```json\n" + json.dumps(GOOD)[:-5], CUT, "cut"),
         (
             '{"user_preferences_reasoning": "r", "agent_notes": ["use bullets", "end with a TL;DR"]}',
             REPAIRED,
@@ -44,11 +50,11 @@ def test_credit_levels(reply: str, credit: float, level: str) -> None:
     result = format_reward(reply)
     assert result.score == credit
     assert result.reason.startswith(level)
-    assert (result.notes is None) == (credit == UNUSABLE)
+    assert (result.notes is None) == (level == "unusable")  # a cut reply's notes still reach the judge
 
 
 def test_levels_are_ordered() -> None:
-    assert EXACT > WRAPPED > REPAIRED > NOTES_ONLY > UNUSABLE == 0.0 and EXACT == 1.0
+    assert EXACT > WRAPPED > REPAIRED > NOTES_ONLY > UNUSABLE == CUT == 0.0 and EXACT == 1.0
 
 
 def test_notes_are_what_the_agent_would_store() -> None:

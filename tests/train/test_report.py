@@ -27,6 +27,7 @@ def _rows(
             "completion": json.dumps({"user_preferences_reasoning": "r", "agent_notes": f"- Use bullet points. {i}"}),
             "judge_score": 3 * s / 2,
             "reasoning": f"covered {i}",
+            "format_reason": "exact" if fmt == 1.0 else "cut: the reply ends inside its JSON object",
         }
         for i, s in enumerate(scores)
     ]
@@ -147,6 +148,7 @@ def test_the_report_holds_the_verdict_curve_and_a_self_contained_page(tmp_path: 
     side_by_side = parser.tables[1:]
     assert len(side_by_side) == 4 and side_by_side[0][0] == ["base", "sft", "grpo"]
     assert "Use bullet points." in side_by_side[0][1][2] and "judge" in side_by_side[0][1][2]
+    assert "format 0.00: cut" in side_by_side[0][1][0] and "format 1.00: exact" in side_by_side[0][1][2]
     assert "learning shown" in page.read_text() and "http" not in page.read_text().replace("http-equiv", "")
 
 
