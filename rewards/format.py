@@ -32,6 +32,7 @@ from memrl.rollout.json_output import (
     MAX_DEPTH,
     MAX_REPAIR_CHARS,
     JSONParseFailure,
+    ends_open,
     field_text,
     nesting_depth,
     parse_json_object,
@@ -46,8 +47,6 @@ EXACT, WRAPPED, REPAIRED, NOTES_ONLY, UNUSABLE = 1.0, 0.75, 0.5, 0.25, 0.0
 CUT = UNUSABLE
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\Z)', re.DOTALL)  # a string literal, or one the text ends in
-_BRACKETS = re.compile(r"[^][{}]+")
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ def format_reward(text: str) -> FormatResult:
     notes = field_text(notes_value).strip()
     if not notes:
         return FormatResult(UNUSABLE, None, f"unusable: {NOTES_KEY!r} is missing or empty")
-    if repaired and _ends_open(text):
+    if repaired and ends_open(text):
         return FormatResult(CUT, notes, "cut: the reply ends inside its JSON object")
     if not field_text(reasoning_value).strip():
         return FormatResult(NOTES_ONLY, notes, f"notes only: {REASONING_KEY!r} is missing or empty")
@@ -112,19 +111,6 @@ def format_reward(text: str) -> FormatResult:
     if not exact:
         return FormatResult(WRAPPED, notes, "wrapped: the object is fenced or has text around it")
     return FormatResult(EXACT, notes, "exact: one JSON object with both keys")
-
-
-def _ends_open(text: str) -> bool:
-    """Whether the reply stops inside its first JSON object (a string left open leaves its object open too)."""
-    start = text.find("{")
-    if start < 0:
-        return False
-    depth = 0
-    for char in _BRACKETS.sub("", _STRING.sub("", text[start:])):
-        depth += 1 if char in "{[" else -1
-        if depth == 0:
-            return False
-    return True
 
 
 def _off_contract(data: dict[str, Any]) -> str:

@@ -96,6 +96,20 @@ def nesting_depth(text: str) -> int:
     return deepest
 
 
+def ends_open(text: str) -> bool:
+    """Whether the reply stops inside its JSON object: a bracket, or a string (and so its object), still open at the
+    end of the span `parse_json_object` reads. What a reply cut by the token cap looks like."""
+    span = _candidate(text)
+    if not span.startswith("{"):
+        return False
+    depth = 0
+    for char in _NOT_BRACKET.sub("", _STRING.sub("", span)):
+        depth += 1 if char in "{[" else -1
+        if depth == 0:
+            return False
+    return True
+
+
 def field_text(value: object) -> str:
     """A JSON field as text. Small models return notes as lists or objects: keep their content, one item a line."""
     if isinstance(value, list):
