@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from support import MemrlCLI, stop_ray
 
-from memrl.rollout.serve import free_port
+from memrl.rollout.serve import free_port, free_ports
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
@@ -59,16 +59,20 @@ class Cluster:
         return {n.node_id for n in list_nodes(address=self.dashboard) if n.state == "ALIVE"}
 
 
-def _node_args(root: Path) -> list[str]:
-    """Two raylets share this host: every port is picked free instead of Ray's fixed defaults."""
-    ports = {
-        "--node-manager-port": free_port(),
-        "--object-manager-port": free_port(),
-        "--dashboard-agent-listen-port": free_port(),
-        "--dashboard-agent-grpc-port": free_port(),
-        "--runtime-env-agent-port": free_port(),
-        "--metrics-export-port": free_port(),
-    }
+NODE_PORTS = (
+    "--node-manager-port",
+    "--object-manager-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+    "--metrics-export-port",
+)
+
+
+def _node_args(root: Path, picked: list[int] | None = None) -> list[str]:
+    """Two raylets share this host: every port is picked free (and distinct: `free_ports`) instead of Ray's fixed
+    defaults."""
+    ports = dict(zip(NODE_PORTS, picked or free_ports(len(NODE_PORTS)), strict=True))
     return [
         "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--object-store-memory", str(100 * 2**20),
         "--temp-dir", str(root), "--disable-usage-stats",
@@ -98,7 +102,7 @@ def _reload_token() -> None:
 def cluster(model_cache: Path) -> Iterator[Cluster]:
     # Short temp dirs: Ray's socket paths live under them and must stay under the OS limit of 107 characters.
     roots = [Path(tempfile.mkdtemp(prefix="mrh", dir="/tmp")), Path(tempfile.mkdtemp(prefix="mrw", dir="/tmp"))]
-    port, dashboard_port = free_port(), free_port()
+    port, dashboard_port, client_port, *head_ports = free_ports(3 + len(NODE_PORTS))
     gcs = f"127.0.0.1:{port}"
     try:
         started = time.monotonic()
@@ -106,7 +110,7 @@ def cluster(model_cache: Path) -> Iterator[Cluster]:
             [
                 RAY, "start", "--head", "--port", str(port), "--include-dashboard", "true",
                 "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port),
-                "--ray-client-server-port", str(free_port()), *_node_args(roots[0]),
+                "--ray-client-server-port", str(client_port), *_node_args(roots[0], head_ports),
             ],
             capture_output=True, text=True, env=_env(), timeout=180,
         )  # fmt: skip

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ from support import MEMRL_ARGV, MemrlCLI
 from memrl.core.errors import BackendError
 from memrl.rollout import SamplingParams
 from memrl.rollout.openai_http import OpenAIBackend
-from memrl.rollout.serve import LocalServer, client_netloc, free_port, port_is_free
+from memrl.rollout.serve import LocalServer, client_netloc, free_port, free_ports, port_is_free
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 SHORT = SamplingParams(temperature=0, max_tokens=8)
@@ -36,6 +37,15 @@ def backend_for(server: LocalServer, **kwargs: float) -> OpenAIBackend:
 def test_a_client_reaches_a_listening_address_through_a_valid_url(host: str, netloc: str) -> None:
     assert client_netloc(host, 8000) == netloc
     assert LocalServer("tiny", port=8000, host=host).url == f"http://{netloc}/v1"
+
+
+def test_ports_picked_together_are_distinct_and_bindable() -> None:
+    """One at a time, a port closed before the next pick can come back twice (a Ray head refused to start so)."""
+    ports = free_ports(64)
+    assert len(set(ports)) == 64
+    for port in ports[:8]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", port))
 
 
 def test_chat_against_real_server(smollm2_server: LocalServer) -> None:
