@@ -84,10 +84,15 @@ def parse_json_object(text: str, required: Iterable[str] = ()) -> JSONResult:
     return ParsedJSON(data, repaired)
 
 
+def _brackets(text: str) -> str:
+    """The brackets of `text` outside its string literals, in order (an unclosed string runs to the end)."""
+    return _NOT_BRACKET.sub("", _STRING.sub("", text))
+
+
 def nesting_depth(text: str) -> int:
     """How deep `{`/`[` nest in `text`, outside string literals (a cheap bound before repairing it)."""
     depth = deepest = 0
-    for char in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+    for char in _brackets(text):
         if char in "{[":
             depth += 1
             deepest = max(deepest, depth)
@@ -103,7 +108,7 @@ def ends_open(text: str) -> bool:
     if not span.startswith("{"):
         return False
     depth = 0
-    for char in _NOT_BRACKET.sub("", _STRING.sub("", span)):
+    for char in _brackets(span):
         depth += 1 if char in "{[" else -1
         if depth == 0:
             return False
