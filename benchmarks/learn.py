@@ -12,9 +12,10 @@ is made only when the pooled interval lies above 0 and no seed's estimate is bel
 | collaborator | collaborator-quickstart | preference share, trained - base policy, per held-out session |
 | judger | judger-minilm-cpu | recall@5, fused - retrieval alone, per held-out query with gold (needs `--judger-data`) |
 
-Writes `learn.json` and `learn.md` (the CPU model, each run's minutes and the 1-minute load average before and after
-it) under `--out`; learners measured earlier on the same CPU and not run again are kept. Not part of `make bench`:
-each run trains for up to 15 minutes.
+Writes `learn.json` and `learn.md` under `--out`: one table per machine (its CPU model, each run's minutes and the
+1-minute load average before and after it), so a claim can be read on every machine it was measured on; the tables of
+other CPUs, and the learners measured earlier on this one and not run again, are kept. Not part of `make bench`: a
+run trains for 15 to 20 minutes.
 
     OMP_NUM_THREADS=2 python benchmarks/learn.py [--seeds 0 1 2] [--only reflector collaborator]
         [--judger-data DIR] [--runs runs/learn] [--out benchmarks/results]
@@ -146,44 +147,46 @@ def summarize(what: str, seeds: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def markdown(results: dict[str, Any]) -> str:
+def markdown(machines: list[dict[str, Any]]) -> str:
     lines = [
-        f"# Seeds table ({results['date']})",
+        "# Seeds tables",
         "",
-        f"CPU: {results['cpu']}, {results['cores']} cores. Each run's minutes and the 1-minute load average before "
-        "and after it are in the rows.",
+        "One section per machine: its CPU, and each run's minutes and the 1-minute load average before and after it.",
         "",
     ]
-    for what, r in results["learners"].items():
-        lines += [
-            f"## {what}: `{r['recipe']}`, {r['effect']}",
-            "",
-            "| seed | n | effect | 95% interval | minutes | load before / after |",
-            "|---|---:|---:|---|---:|---|",
-        ]
-        for s in r["seeds"]:
-            lines.append(
-                f"| {s['seed']} | {s['n']} | {s['delta']:+.4f} | [{s['ci95'][0]:+.4f}, {s['ci95'][1]:+.4f}] | "
-                f"{s['minutes']} | {s['load_before']} / {s['load_after']} |"
-            )
-        ci = r["pooled_ci95"]
-        interval = f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "-"
-        pooled = f"{r['pooled']:+.4f}" if r["pooled"] is not None else "-"
-        lines += [
-            f"| pooled | {r['pooled_n']} | {pooled} | {interval} | | |",
-            "",
-            f"Claim: **{'holds' if r['claim'] else 'not made'}** ({r['why']}).",
-            "",
-        ]
+    for machine in machines:
+        lines += [f"## {machine['cpu']}, {machine['cores']} cores ({machine['date']})", ""]
+        for what, r in machine["learners"].items():
+            lines += [
+                f"### {what}: `{r['recipe']}`, {r['effect']}",
+                "",
+                "| seed | n | effect | 95% interval | minutes | load before / after |",
+                "|---|---:|---:|---|---:|---|",
+            ]
+            for s in r["seeds"]:
+                lines.append(
+                    f"| {s['seed']} | {s['n']} | {s['delta']:+.4f} | [{s['ci95'][0]:+.4f}, {s['ci95'][1]:+.4f}] | "
+                    f"{s['minutes']} | {s['load_before']} / {s['load_after']} |"
+                )
+            ci = r["pooled_ci95"]
+            interval = f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "-"
+            pooled = f"{r['pooled']:+.4f}" if r["pooled"] is not None else "-"
+            lines += [
+                f"| pooled | {r['pooled_n']} | {pooled} | {interval} | | |",
+                "",
+                f"Claim: **{'holds' if r['claim'] else 'not made'}** ({r['why']}).",
+                "",
+            ]
     return "\n".join(lines)
 
 
-def _earlier_learners(path: Path, cpu: str) -> dict[str, Any]:
-    """The learners an earlier invocation measured on this CPU, so running one learner at a time builds one table."""
+def read_machines(path: Path) -> list[dict[str, Any]]:
+    """Every machine's table an earlier invocation wrote (a file of one machine, as written before 2026-11-29,
+    reads as a list of one)."""
     if not path.is_file():
-        return {}
+        return []
     earlier = json.loads(path.read_text())
-    return dict(earlier.get("learners", {})) if earlier.get("cpu") == cpu else {}
+    return list(earlier["machines"]) if "machines" in earlier else [earlier]
 
 
 def main() -> None:
@@ -199,12 +202,15 @@ def main() -> None:
     chosen = [w for w in args.only if w != "judger" or args.judger_data]
     if len(chosen) < len(args.only):
         print("learn: no --judger-data: the judger is skipped", file=sys.stderr)
+    machines = read_machines(args.out / "learn.json")
+    mine = next((m for m in machines if m["cpu"] == cpu_model()), None)
     results: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
-        "learners": _earlier_learners(args.out / "learn.json", cpu_model()),
+        "learners": dict(mine["learners"]) if mine else {},  # learners measured here and not run again are kept
     }
+    machines = [results if m is mine else m for m in machines] + ([] if mine else [results])
     earlier = dict(results["learners"])
     for what in chosen:
         seeds: list[dict[str, Any]] = []
@@ -216,14 +222,14 @@ def main() -> None:
                 f"learn: {what} seed {seed}: {s['delta']:+.4f} {s['ci95']} n={s['n']} ({s['minutes']} min)", flush=True
             )
             results["learners"][what] = summarize(what, seeds)
-            write(results, args.out)  # after every seed: an interrupted `make learn` keeps the runs it finished
-    print(markdown(results))
+            write(machines, args.out)  # after every seed: an interrupted `make learn` keeps the runs it finished
+    print(markdown(machines))
 
 
-def write(results: dict[str, Any], out: Path) -> None:
+def write(machines: list[dict[str, Any]], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "learn.json").write_text(json.dumps(results, indent=2))
-    (out / "learn.md").write_text(markdown(results) + "\n")
+    (out / "learn.json").write_text(json.dumps({"machines": machines}, indent=2))
+    (out / "learn.md").write_text(markdown(machines) + "\n")
 
 
 if __name__ == "__main__":

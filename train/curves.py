@@ -236,8 +236,8 @@ def reflector_chart(
     out: Path,
 ) -> Chart | None:
     """Left: per GRPO stage the per-step mean reward with its spread as a band, its parts as thin lines, and the
-    least-squares line with its slope interval in the legend. Right: each model's held-out score with its 95%
-    interval. None (and no file) when there is nothing to draw."""
+    least-squares line with its slope interval in the legend (the within-prompt slope's dotted, where known). Right:
+    each model's held-out score with its 95% interval. None (and no file) when there is nothing to draw."""
     curves = {name: steps for name, steps in curves.items() if steps}
     if not curves and not held_out:
         return None
@@ -282,6 +282,16 @@ def reflector_chart(
                     linewidth=1.2,
                     label=f"slope {fit['slope']:+.4f}/step [{fit['ci95'][0]:+.4f}, {fit['ci95'][1]:+.4f}]",
                 )
+                if (within := fit.get("within_prompt")) is not None:
+                    ax.plot(
+                        ends,
+                        [y0 + within["slope"] * (x - x0) for x in ends],
+                        color="black",
+                        linestyle=":",
+                        linewidth=1.2,
+                        label=f"within-prompt slope {within['slope']:+.4f}/step "
+                        f"[{within['ci95'][0]:+.4f}, {within['ci95'][1]:+.4f}], {within['prompts']} prompts",
+                    )
         ax.set_title("GRPO reward per step")
         ax.set_xlabel("GRPO step")
         ax.set_ylabel("reward")

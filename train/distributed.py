@@ -29,6 +29,11 @@ def is_rank(environ: Mapping[str, str] | None = None) -> bool:
     return WORLD_SIZE_VAR in (os.environ if environ is None else environ)
 
 
+def rank(environ: Mapping[str, str] | None = None) -> int:
+    """This process's global rank under the launcher (`RANK`), else 0."""
+    return int((os.environ if environ is None else environ).get("RANK", "0"))
+
+
 def world_size(environ: Mapping[str, str] | None = None) -> int:
     """Processes training together: the launcher's world size, else 1."""
     return int((os.environ if environ is None else environ).get(WORLD_SIZE_VAR, "1"))

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from memrl.core.errors import MemrlError
-from memrl.core.files import read_json
-from memrl.core.stats import mean_interval, paired_difference, slope_interval
+from memrl.core.files import read_json, read_jsonl
+from memrl.core.stats import mean_interval, paired_difference, slope_interval, within_slope_interval
 from memrl.train.curves import TRAIN_REWARD, HeldOutPoint, RewardStep, reflector_chart
+from memrl.train.trl.common import REWARDS_FILES
 from memrl.train.verl import metrics as verl_metrics
 from memrl.train.verl.metrics import METRICS_FILE
 
@@ -113,18 +114,50 @@ def hacking_flag(intervals: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] |
     return {"flagged": rose and bool(signs), "compared": compared, "score_rose": rose, "signs": signs}
 
 
-def curve_fit(points: Sequence[tuple[float, float]], *, seed: int = 0) -> dict[str, Any] | None:
-    """The least-squares slope of the per-step mean training reward, with a bootstrap interval over steps."""
+def curve_fit(
+    points: Sequence[tuple[float, float]],
+    prompts: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+    *,
+    seed: int = 0,
+) -> dict[str, Any] | None:
+    """The least-squares slope of the per-step mean training reward, with a bootstrap interval over steps; with
+    `prompts` (each training prompt's rollout rewards as (step, reward)), also `within_prompt`: the slope with an
+    intercept per prompt, from the prompts trained at more than one step, its interval a bootstrap over prompts. The
+    per-step mean moves with which prompts a step drew; within a prompt, only with the policy."""
     found = slope_interval([x for x, _ in points], [y for _, y in points], seed=seed)
     if found is None:
         return None
     slope, interval = found
+    within = within_slope_interval(prompts or {}, seed=seed)
     return {
         "slope": round(slope, 5),
-        "ci95": [round(interval[0], 5), round(interval[1], 5)],
+        "ci95": _rounded_interval(interval),
         "steps": len(points),
         "rising": interval[0] > 0,
+        "within_prompt": None
+        if within is None
+        else {
+            "slope": round(within[0], 5),
+            "ci95": _rounded_interval(within[1]),
+            "prompts": within[2],
+            "rising": within[1][0] > 0,
+        },
     }
+
+
+def _rounded_interval(interval: tuple[float, float]) -> list[float]:
+    return [round(interval[0], 5), round(interval[1], 5)]
+
+
+def prompt_rewards(stage_dir: Path) -> dict[str, list[tuple[float, float]]]:
+    """Each training prompt's scored rollouts as (step, reward), from a TRL GRPO stage's reward logs; empty where
+    the stage kept none (verl stages, runs of older versions)."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for path in sorted(stage_dir.glob(REWARDS_FILES)):
+        for row in read_jsonl(path):
+            if row.get("key") is not None and isinstance(row.get("reward"), int | float):
+                groups.setdefault(str(row["key"]), []).append((float(row["step"]), float(row["reward"])))
+    return groups
 
 
 def grpo_steps(logs: dict[str, Path]) -> dict[str, list[RewardStep]]:
@@ -196,8 +229,13 @@ def write_report(
     for label, lines in rows.items():
         results[label]["intervals"] = model_intervals(lines, seed=seed)
     paired = {label: rows[label] for label in labels if label in rows}
-    steps = grpo_steps(grpo_logs(run_dir, trl_logs))
-    fits = {name: fit for name, points in steps.items() if (fit := curve_fit([(s.step, s.mean) for s in points]))}
+    logs = grpo_logs(run_dir, trl_logs)
+    steps = grpo_steps(logs)
+    fits = {
+        name: fit
+        for name, points in steps.items()
+        if (fit := curve_fit([(s.step, s.mean) for s in points], prompt_rewards(logs[name].parent), seed=seed))
+    }
     points = [
         HeldOutPoint(label, r["intervals"]["score"]["mean"], *r["intervals"]["score"]["ci95"])
         for label, r in results.items()

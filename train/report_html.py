@@ -65,6 +65,12 @@ def _verdict(report: Mapping[str, Any]) -> str:
             _yes(curve["rising"], "reward curve rising", "reward curve not rising")
             + f" &mdash; slope {curve['slope']:+.4f} per step{_ci(curve['ci95'])} over {curve['steps']} steps"
         )
+        if within := curve.get("within_prompt"):
+            lines.append(
+                _yes(within["rising"], "reward rising within a prompt", "reward not rising within a prompt")
+                + f" &mdash; slope {within['slope']:+.4f} per step{_ci(within['ci95'])} over {within['prompts']}"
+                " prompts trained at more than one step"
+            )
     if (hacking := report.get("reward_hacking")) is not None:
         signs = "; ".join(hacking["signs"]) or "none"
         lines.append(

@@ -1,10 +1,11 @@
 """Held-out statistics with bootstrap intervals (scipy's resampling): a paired difference of two scores measured on
-the same items, a mean, a least-squares slope over steps, and the rule that turns intervals into a claim."""
+the same items, a mean, a least-squares slope over steps (across them, or within groups such as prompts seen again),
+and the rule that turns intervals into a claim."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,43 @@ def slope_interval(
     fitted = float(slope(x, y))
     interval = _bootstrap((x, y), slope, paired=True, resamples=resamples, seed=seed, confidence=confidence)
     return fitted, interval
+
+
+def within_slope_interval(
+    groups: Mapping[str, Sequence[tuple[float, float]]],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, Interval, int] | None:
+    """The least-squares slope of y over x with an intercept of its own per group (the within-group, fixed-effects
+    slope), its percentile bootstrap interval resampling whole groups, and how many groups it rests on. A group seen
+    at one x only tells nothing of the slope and is left out; None with fewer than three groups left.
+
+    For a training curve whose prompts come back at later steps, the groups are the prompts: a prompt's difficulty
+    is its own intercept, so what remains is how its reward moved between its visits."""
+    import numpy as np
+
+    sxy, sxx = [], []
+    for points in groups.values():
+        kept = [(x, y) for x, y in points if not (math.isnan(x) or math.isnan(y))]
+        x, y = np.asarray([p[0] for p in kept]), np.asarray([p[1] for p in kept])
+        if len(kept) < 2 or x.max() == x.min():
+            continue
+        xc = x - x.mean()
+        sxy.append(float((xc * (y - y.mean())).sum()))
+        sxx.append(float((xc * xc).sum()))
+    if len(sxx) < 3:
+        return None
+
+    def slope(xyb: Any, xxb: Any, axis: int = -1) -> Any:
+        return xyb.sum(axis=axis) / xxb.sum(axis=axis)  # every group kept has a spread: no resample divides by 0
+
+    fitted = float(slope(np.asarray(sxy), np.asarray(sxx)))
+    interval = _bootstrap(
+        (np.asarray(sxy), np.asarray(sxx)), slope, paired=True, resamples=resamples, seed=seed, confidence=confidence
+    )
+    return fitted, interval, len(sxx)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from memrl.core.stats import mean_interval, paired_difference, pooled_claim, slope_interval
+from memrl.core.stats import mean_interval, paired_difference, pooled_claim, slope_interval, within_slope_interval
 
 
 def test_the_interval_brackets_the_mean_and_is_seeded() -> None:
@@ -42,6 +42,33 @@ def test_a_rising_curve_has_a_slope_interval_above_zero_and_noise_does_not() -> 
     assert low < 0 < high
     assert slope_interval([1.0, 2.0], [0.0, 1.0]) is None  # two points: no interval to give
     assert slope_interval([1.0, 1.0, 1.0], [0.0, 1.0, 2.0]) is None  # one step: no slope
+
+
+def test_the_within_prompt_slope_sees_through_which_prompts_a_step_drew() -> None:
+    """Prompts of very different difficulty, two a step, each seen once an epoch over two epochs: the per-step mean
+    swings with the draw and its slope interval spans 0, while the slope within each prompt finds the planted rise."""
+    rng = random.Random(1)
+    difficulty = {f"p{i}": rng.uniform(0.0, 2.0) for i in range(20)}
+    groups: dict[str, list[tuple[float, float]]] = {}
+    by_step: dict[int, list[float]] = {}
+    order = [*rng.sample(sorted(difficulty), 20), *rng.sample(sorted(difficulty), 20)]
+    for n, prompt in enumerate(order):
+        step = n // 2 + 1
+        for _ in range(2):  # two rollouts a prompt
+            reward = difficulty[prompt] + 0.012 * step + rng.gauss(0, 0.2)
+            groups.setdefault(prompt, []).append((float(step), reward))
+            by_step.setdefault(step, []).append(reward)
+    steps = sorted(by_step)
+    _, (low, high) = slope_interval([float(s) for s in steps], [sum(by_step[s]) / len(by_step[s]) for s in steps])
+    assert low < 0 < high
+    slope, (low, high), prompts = within_slope_interval(groups)  # type: ignore[misc]
+    assert prompts == 20 and 0 < low < slope < high and slope == pytest.approx(0.012, abs=0.008)
+    flat = {p: [(x, difficulty[p] + rng.gauss(0, 0.2)) for x, _ in points] for p, points in groups.items()}
+    _, (low, high), _ = within_slope_interval(flat)  # type: ignore[misc]
+    assert low < 0 < high
+    # A prompt seen at one step only says nothing of the slope: with fewer than three others there is no interval.
+    once = {f"q{i}": [(float(i), 1.0), (float(i), 0.5)] for i in range(10)}
+    assert within_slope_interval(once | {"p0": groups["p0"], "p1": groups["p1"]}) is None
 
 
 def test_a_claim_needs_the_pooled_interval_above_zero_and_no_seed_below() -> None:

@@ -9,6 +9,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memrl.train.report import curve_fit, hacking_flag, learning_verdict, model_intervals, write_report
 from memrl.train.report_html import write_html
 
@@ -119,6 +121,15 @@ def test_the_report_holds_the_verdict_curve_and_a_self_contained_page(tmp_path: 
         for s in range(1, 21)
     ]
     (stage / "log_history.json").write_text(json.dumps(history))
+    # The rollouts behind it: 10 prompts, each at two steps an epoch apart, every visit 0.25 better than the last.
+    visits = [(s, f"p{(s - 1) % 10}") for s in range(1, 21)]
+    (stage / "rewards.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "key": key, "reward": 0.5 + 0.025 * s + rng.gauss(0, 0.02), "parts": {}}) + "\n"
+            for s, key in visits
+            for _ in range(4)
+        )
+    )
     eval_dir = tmp_path / "eval"
     sft = [round(rng.uniform(0.5, 1.0), 2) for _ in range(48)]
     scored = {"base": _rows([0.1] * 48, fmt=0.0), "sft": _rows(sft), "grpo": _rows([s + 0.3 for s in sft])}
@@ -131,6 +142,8 @@ def test_the_report_holds_the_verdict_curve_and_a_self_contained_page(tmp_path: 
     assert report["learning"]["verdict"] is True and report["learning"]["compared"] == "grpo - sft"
     assert report["learning"]["n"] == 48 and report["learning"]["ci95"][0] > 0
     assert report["curve"]["stage"] == "grpo" and report["curve"]["rising"] is True and report["curve"]["steps"] == 20
+    within = report["curve"]["within_prompt"]
+    assert within["prompts"] == 10 and within["rising"] is True and within["slope"] == pytest.approx(0.025, abs=0.005)
     assert report["reward_hacking"]["flagged"] is False
     assert report["held_out"]["base"]["intervals"]["format_failure"]["mean"] == 1.0
     assert set(report["gains_ci95"]) == {"sft_minus_base", "grpo_minus_sft"}
@@ -149,6 +162,7 @@ def test_the_report_holds_the_verdict_curve_and_a_self_contained_page(tmp_path: 
     assert len(side_by_side) == 4 and side_by_side[0][0] == ["base", "sft", "grpo"]
     assert "Use bullet points." in side_by_side[0][1][2] and "judge" in side_by_side[0][1][2]
     assert "format 0.00: cut" in side_by_side[0][1][0] and "format 1.00: exact" in side_by_side[0][1][2]
+    assert "reward rising within a prompt" in page.read_text()
     assert "learning shown" in page.read_text() and "http" not in page.read_text().replace("http-equiv", "")
 
 

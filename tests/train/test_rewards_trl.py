@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from trl.trainer.utils import is_async_callable
 
@@ -16,6 +18,7 @@ from memrl.rewards.reward import RewardScorer
 from memrl.rewards.types import GroundTruth
 from memrl.rollout.config import OpenAIModelConfig
 from memrl.rollout.serve import free_port
+from memrl.train.trl.common import StepLog
 from memrl.train.trl.rewards import RewardFunc, reflection_funcs
 
 TRUTH = GroundTruth(("Put that in bullet points.", "End with a one-line TL;DR.")).to_json()
@@ -34,12 +37,18 @@ def reward_weights(cfg: RewardConfig, scorer: RewardScorer) -> list[float]:
     return [part.weight for part in reflection_parts(cfg, shared={"judge": JudgedScorer(scorer)})]
 
 
-def call_all(funcs: list, completions: list, metrics: dict) -> list[list[float | None]]:  # type: ignore[type-arg]
+def call_all(
+    funcs: list,  # type: ignore[type-arg]
+    completions: list,  # type: ignore[type-arg]
+    metrics: dict,  # type: ignore[type-arg]
+    **columns: Any,
+) -> list[list[float | None]]:
     """As TRL 1.16 calls async reward functions: all gathered on one event loop."""
     assert all(is_async_callable(f) for f in funcs)  # TRL then runs them on its loop thread, no thread of ours
     kwargs = {
         "ground_truth": [TRUTH] * len(completions),
         "log_metric": lambda k, v: metrics.setdefault(k, []).append(v),
+        **columns,
     }
 
     async def gather() -> list[list[float | None]]:
@@ -84,3 +93,29 @@ def test_failed_judge_gives_none_from_every_function(tmp_path: Path) -> None:
     metrics: dict[str, list[float]] = {}
     assert call_all(reward_funcs(cfg), [GOOD], metrics) == [[None], [None], [None]]  # TRL: unscorable, advantage 0
     assert metrics["reward/judge_failed"] == [1.0]
+
+
+def test_each_rollouts_reward_is_logged_under_the_step_it_trains(tmp_path: Path) -> None:
+    """What the curve's within-prompt slope reads: per sample its key, weighted reward and parts, under TRL's step
+    (global_step + 1 while the step's batch is scored); a resumed run drops the lines of the steps it trains again."""
+    cfg = RewardConfig(coverage_weight=1.0, format_weight=0.5)
+    log_path = tmp_path / "rewards.jsonl"
+    parts = reflection_parts(cfg, shared={"judge": JudgedScorer(RewardScorer(cfg, judge=OfflineJudge()))})
+    funcs = reflection_funcs(parts, log=StepLog(log_path))
+    for step, keys in ((0, ["a", "a"]), (1, ["b", "b"]), (2, ["a", "a"])):
+        state = SimpleNamespace(global_step=step)
+        call_all(funcs, [GOOD, "no json"], {}, key=keys, trainer_state=state)
+    rows = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [(r["step"], r["key"], r["reward"]) for r in rows] == [
+        (1, "a", 1.5),
+        (1, "a", 0.0),
+        (2, "b", 1.5),
+        (2, "b", 0.0),
+        (3, "a", 1.5),
+        (3, "a", 0.0),
+    ]
+    assert rows[0]["parts"]["coverage"] == 1.0 and rows[0]["parts"]["format"] == 1.0
+    with log_path.open("a") as f:
+        f.write('{"step": 4, "key": "c", "rew')  # the torn line of a killed run
+    StepLog(log_path, str(tmp_path / "checkpoint-2"))
+    assert [json.loads(line)["step"] for line in log_path.read_text().splitlines()] == [1, 1, 2, 2]

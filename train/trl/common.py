@@ -4,13 +4,16 @@ accumulation, the LoRA config, the fused LM head on CPU (`project_labelled_token
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from memrl.core.checkpoints import CheckpointInfo
 from memrl.core.errors import ConfigError
+from memrl.core.files import atomic_write_text
 from memrl.train.config import LoraConfig
-from memrl.train.distributed import world_size
+from memrl.train.distributed import rank, world_size
 from memrl.train.hf_trainer import TrainContext
 
 
@@ -29,6 +32,48 @@ def accumulation_steps(total: int, micro: int, stage: str, what: str, processes:
         devices = f" x {processes} processes" if processes > 1 else ""
         raise ConfigError(f"stages.{stage}: {what} ({total}) must be a multiple of micro_batch_size ({micro}){devices}")
     return steps
+
+
+# Every GRPO rollout's reward, a StepLog line each (step, key, reward, parts): the samples behind the curve's
+# within-prompt slope (memrl.train.report). Each process of a launch scores its own share of a batch: its own file.
+REWARDS_FILE = "rewards.jsonl"
+REWARDS_FILES = "rewards*.jsonl"
+
+
+def rewards_file(out_dir: Path) -> Path:
+    r = rank()
+    return out_dir / (REWARDS_FILE if r == 0 else f"rewards.rank{r}.jsonl")
+
+
+class StepLog:
+    """A JSON Lines file of what each optimizer step did, `{"step": N, ...}` a line, appended as the run trains; `step`
+    is the step TRL logs its metrics under. A run resumed from `resumed` (its `checkpoint-N`) trains the steps after
+    N again: their lines from the stopped run, and a torn last line, are dropped, so each step's lines are there once.
+    """
+
+    def __init__(self, path: Path, resumed: str | None = None) -> None:
+        self.path = path
+        kept = int(resumed.rpartition("-")[2]) if resumed else 0  # checkpoint-N: the steps through N are trained
+        if path.is_file():
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            keep = [line for line in lines if line.endswith("\n") and _line_step(line) <= kept]
+            if len(keep) < len(lines):
+                atomic_write_text(path, "".join(keep))
+
+    def write(self, step: int, lines: Iterable[Mapping[str, Any]]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as out:
+            out.writelines(json.dumps({"step": step, **line}) + "\n" for line in lines)
+
+
+def _line_step(line: str) -> float:
+    """The step of a line of a StepLog; a line that is no record (a torn write) counts as past any checkpoint."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return math.inf
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) else math.inf
 
 
 def peft_config(lora: LoraConfig) -> Any:

@@ -31,10 +31,12 @@ from memrl.train.config import GRPOStage, PolicyOptimStage
 from memrl.train.endpoints import require_reachable, stage_endpoints
 from memrl.train.hf_trainer import TrainContext, apply_overrides, base_args, master_dtype, resume_point
 from memrl.train.trl.common import (
+    StepLog,
     accumulation_steps,
     peft_config,
     project_labelled_tokens_only,
     prompt_tokens,
+    rewards_file,
     save_final,
 )
 
@@ -183,7 +185,9 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
     if len(train) == 0:
         raise ConfigError(f"stages.{ctx.stage}: no training prompt fits max_prompt_length={stage.max_prompt_length}")
     watch = UnscoredWatch(stage.unscored, [e.label for e in endpoints])
-    funcs, weights = grpo_rewards(stage.reward, data_dir, watch)  # the judge reward, plus the outcome reward if set
+    resumed = resume_point(ctx.out_dir)
+    log = StepLog(rewards_file(ctx.out_dir), resumed)
+    funcs, weights = grpo_rewards(stage.reward, data_dir, watch, log)  # the judge reward, and the outcome if set
     args = grpo_args(stage, ctx, weights) | vllm_args(stage)
     config = GRPOConfig(**apply_overrides(GRPOConfig, args, stage.overrides, ctx.stage))
     model, lora, base = policy_model(stage, base_model)
@@ -196,5 +200,5 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
         processing_class=tokenizer,
         peft_config=lora,
     )
-    trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
+    trainer.train(resume_from_checkpoint=resumed)
     return save_final(trainer, tokenizer, ctx, base=base, trainer_name="trl-grpo")

@@ -19,9 +19,9 @@ from memrl.train.online.config import OnlineGRPOStage
 from memrl.train.online.episodes import episode_rows, episode_source
 from memrl.train.online.rollout import Player
 from memrl.train.stage_run import CURVES_FILE
-from memrl.train.trl.common import project_labelled_tokens_only, save_final
+from memrl.train.trl.common import StepLog, project_labelled_tokens_only, save_final
 from memrl.train.trl.grpo import grpo_args, policy_model, policy_sampling_trainer_class
-from memrl.train.trl.online_rollout import EPISODES_FILE, EpisodeLog, EpisodeRollout
+from memrl.train.trl.online_rollout import EPISODES_FILE, EpisodeRollout
 from memrl.train.trl.rewards import episode_funcs
 
 
@@ -49,8 +49,7 @@ def train_online_grpo(stage: OnlineGRPOStage, base_model: str, ctx: TrainContext
         stack.callback(episodes.close)
         player = Player(episodes, TurnTokens.of(tokenizer), stage.max_turn_tokens, stage.max_episode_tokens)
         resumed = resume_point(ctx.out_dir)
-        kept = int(resumed.rpartition("-")[2]) if resumed else 0  # checkpoint-N: the steps through N are trained
-        rollout = EpisodeRollout(player, EpisodeLog(ctx.out_dir / EPISODES_FILE, kept))
+        rollout = EpisodeRollout(player, StepLog(ctx.out_dir / EPISODES_FILE, resumed))
         stack.callback(rollout.close)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*'rollout_func'.*experimental")

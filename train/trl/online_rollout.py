@@ -13,16 +13,13 @@ sampling settings of the GRPOConfig, vLLM when `use_vllm`), one call per turn fo
 from __future__ import annotations
 
 import asyncio
-import json
-import math
-from pathlib import Path
 from typing import Any
 
 from memrl.core.asyncs import close_loop
-from memrl.core.files import atomic_write_text
 from memrl.train.online.rollout import REPLIES_CUT, Generate, Player, Trajectory
+from memrl.train.trl.common import StepLog
 
-EPISODES_FILE = "episodes.jsonl"
+EPISODES_FILE = "episodes.jsonl"  # every rollout's episode, a StepLog: what the simulated users lived
 
 
 def trl_generate(trainer: Any) -> Generate:
@@ -33,43 +30,14 @@ def trl_generate(trainer: Any) -> Generate:
     return generate
 
 
-class EpisodeLog:
-    """Every rollout's episode, one JSON line each (step, status, error, record): what the simulated users lived.
-
-    `step` is the optimizer step the episode trains, the step TRL logs its rewards under. A run resumed from the
-    checkpoint of step `kept` plays the steps after it again: their lines from the stopped run are dropped, so each
-    step's episodes are in the file once."""
-
-    def __init__(self, path: Path, kept: int = 0) -> None:
-        self.path = path
-        if path.is_file():
-            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-            keep = [line for line in lines if line.endswith("\n") and _step(line) <= kept]
-            if len(keep) < len(lines):
-                atomic_write_text(path, "".join(keep))
-
-    def write(self, step: int, trajectories: list[Trajectory]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as out:
-            for t in trajectories:
-                line = {"step": step, "spec": t.spec, "status": t.status, "error": t.error, "record": t.record}
-                out.write(json.dumps(line) + "\n")
-
-
-def _step(line: str) -> float:
-    """The step of a line of the log; a line that is no record (a torn write) counts as past any checkpoint."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return math.inf
-    step = record.get("step") if isinstance(record, dict) else None
-    return step if isinstance(step, int) else math.inf
+def episode_line(t: Trajectory) -> dict[str, Any]:
+    return {"spec": t.spec, "status": t.status, "error": t.error, "record": t.record}
 
 
 class EpisodeRollout:
     """A `RolloutFunc`; its event loop (the environments' steps) lives as long as it does: `close` it."""
 
-    def __init__(self, player: Player, log: EpisodeLog | None = None) -> None:
+    def __init__(self, player: Player, log: StepLog | None = None) -> None:
         self.player = player
         self.log = log
         self.loop = asyncio.new_event_loop()
@@ -77,7 +45,7 @@ class EpisodeRollout:
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         trajectories = self.player.play([str(p) for p in prompts], trl_generate(trainer), self.loop)
         if self.log is not None:
-            self.log.write(int(trainer.state.global_step) + 1, trajectories)
+            self.log.write(int(trainer.state.global_step) + 1, [episode_line(t) for t in trajectories])
         logprobs = [t.logprobs for t in trajectories]
         return {
             "prompt_ids": [t.prompt_ids for t in trajectories],

@@ -36,6 +36,7 @@ from memrl.rewards.unscored import UnscoredWatch
 from memrl.train.distributed import world_size
 from memrl.train.endpoints import per_process
 from memrl.train.online.rollout import REPLIES_CUT, STATUSES
+from memrl.train.trl.common import StepLog
 
 # TRL 1.16 accepts async reward functions, but its `RewardFunc` alias names only sync ones.
 RewardFunc = Callable[..., Any]
@@ -113,10 +114,13 @@ def column(kwargs: Mapping[str, Any], name: str, n: int) -> list[Any]:
     return list(values) if values is not None else [None] * n
 
 
-def reflection_funcs(parts: Sequence[RewardPart], watch: UnscoredWatch | None = None) -> list[RewardFunc]:
+def reflection_funcs(
+    parts: Sequence[RewardPart], watch: UnscoredWatch | None = None, log: StepLog | None = None
+) -> list[RewardFunc]:
     """One TRL reward function per part of the reflection reward, in the order of its weights (`[p.weight for p in
-    parts]`). Each batch is scored once, every part's scorer once; each scorer's batch metrics are logged, and
-    `watch`, when given, sees how many samples of each batch have no reward."""
+    parts]`). Each batch is scored once, every part's scorer once; each scorer's batch metrics are logged, `watch`,
+    when given, sees how many samples of each batch have no reward, and `log`, when given, gets each sample's `key`,
+    weighted `reward` and `parts` under the step it trains (what the curve's within-prompt slope reads)."""
 
     async def score(texts: list[str], kwargs: dict[str, Any]) -> list[Parts]:
         n = len(texts)
@@ -126,20 +130,24 @@ def reflection_funcs(parts: Sequence[RewardPart], watch: UnscoredWatch | None = 
             watch.observe(sum(t is None for t in batch.totals), n)
         for name, value in batch.metrics.items():
             _log(kwargs, name, value)
+        if log is not None and (state := kwargs.get("trainer_state")) is not None:
+            rows = zip(keys, batch.totals, batch.values, strict=True)
+            log.write(int(state.global_step) + 1, ({"key": k, "reward": t, "parts": dict(v)} for k, t, v in rows))
         return [*batch.values]
 
     return part_funcs(score, [p.name for p in parts], ["ground_truth", "key"])
 
 
 def grpo_rewards(
-    reward: RewardConfig, data_dir: Path, watch: UnscoredWatch | None = None
+    reward: RewardConfig, data_dir: Path, watch: UnscoredWatch | None = None, log: StepLog | None = None
 ) -> tuple[list[RewardFunc], list[float]]:
     """(reward_funcs, reward_weights) for GRPOTrainer: the reflection reward's parts (memrl.rewards.registry) and
-    their weights; `watch` stops the run when its batches stay mostly unscored. Each of the launch's processes scores
+    their weights; `watch` stops the run when its batches stay mostly unscored, `log` keeps every sample's reward.
+    Each of the launch's processes scores
     its own batches with its own clients: every endpoint's `max_concurrency` is divided over them (`per_process`),
     so the judge sees the recipe's bound."""
     parts = reflection_parts(per_process(reward, world_size(), "reward"), data_dir)
-    return reflection_funcs(parts, watch), [p.weight for p in parts]
+    return reflection_funcs(parts, watch, log), [p.weight for p in parts]
 
 
 def _episode_part(weights: type[PartWeights], name: str) -> RewardFunc:

@@ -145,6 +145,12 @@ def _print_verdict(report: dict[str, Any], ctx: RunContext, name: str) -> None:
             f"{name}: {curve['stage']} reward curve {rising}: slope {curve['slope']:+.5f}/step {curve['ci95']} "
             f"over {curve['steps']} steps"
         )
+        if within := curve.get("within_prompt"):
+            rising = "[green]rising[/green]" if within["rising"] else "[yellow]not rising[/yellow]"
+            ctx.console.print(
+                f"{name}: {curve['stage']} reward within a prompt {rising}: slope {within['slope']:+.5f}/step "
+                f"{within['ci95']} over {within['prompts']} prompts trained at more than one step"
+            )
     if (hacking := report.get("reward_hacking")) is not None and hacking["flagged"]:
         ctx.console.print(
             f"{name}: [red]reward hacking flagged[/red] ({hacking['compared']}): the score rose while "
