@@ -229,6 +229,21 @@ class HeldOutPoint:
     high: float
 
 
+def _slope_line(
+    ax: Any, center: tuple[float, float], ends: tuple[float, float], fit: Mapping[str, Any], style: str, what: str
+) -> None:
+    """A fitted slope drawn through the curve's center across its steps, its interval in the legend."""
+    x0, y0 = center
+    ax.plot(
+        ends,
+        [y0 + fit["slope"] * (x - x0) for x in ends],
+        color="black",
+        linestyle=style,
+        linewidth=1.2,
+        label=f"{what} {fit['slope']:+.4f}/step [{fit['ci95'][0]:+.4f}, {fit['ci95'][1]:+.4f}]",
+    )
+
+
 def reflector_chart(
     curves: Mapping[str, Sequence[RewardStep]],
     fits: Mapping[str, Mapping[str, Any]],
@@ -271,27 +286,11 @@ def reflector_chart(
                 ax.plot(*zip(*pts, strict=True), linewidth=0.8, linestyle=":", label=f"{name} {part}")
                 series[f"{name} {part}"] = pts
             if (fit := fits.get(name)) is not None:
-                x0 = sum(xs) / len(xs)
-                y0 = sum(ys) / len(ys)
-                ends = [min(xs), max(xs)]
-                ax.plot(
-                    ends,
-                    [y0 + fit["slope"] * (x - x0) for x in ends],
-                    color="black",
-                    linestyle="--",
-                    linewidth=1.2,
-                    label=f"slope {fit['slope']:+.4f}/step [{fit['ci95'][0]:+.4f}, {fit['ci95'][1]:+.4f}]",
-                )
+                center = (sum(xs) / len(xs), sum(ys) / len(ys))
+                ends = (min(xs), max(xs))
+                _slope_line(ax, center, ends, fit, "--", "slope")
                 if (within := fit.get("within_prompt")) is not None:
-                    ax.plot(
-                        ends,
-                        [y0 + within["slope"] * (x - x0) for x in ends],
-                        color="black",
-                        linestyle=":",
-                        linewidth=1.2,
-                        label=f"within-prompt slope {within['slope']:+.4f}/step "
-                        f"[{within['ci95'][0]:+.4f}, {within['ci95'][1]:+.4f}], {within['prompts']} prompts",
-                    )
+                    _slope_line(ax, center, ends, within, ":", f"within-prompt slope ({within['prompts']} prompts)")
         ax.set_title("GRPO reward per step")
         ax.set_xlabel("GRPO step")
         ax.set_ylabel("reward")

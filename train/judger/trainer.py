@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from memrl.rollout.judger.heads import Head, build_head
 from memrl.rollout.judger.scorer import JudgerInfo
 from memrl.train.config import JudgerStage
 from memrl.train.curves import LOSS_CURVE, loss_chart
+from memrl.train.distributed import rank, world_size
 from memrl.train.hf_trainer import TrainContext, apply_overrides, base_args, master_dtype, resume_point
 from memrl.train.judger.bce import auto_pos_weight, judger_bce
 from memrl.train.judger.data import (
@@ -68,10 +68,6 @@ ALPHA_GRID = tuple(round(i / 10, 1) for i in range(11))
 ALPHA_METRIC = f"recall@{GAIN_K}"  # the per-query recall `evaluate_judger` gives for each alpha of the sweep
 
 
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def training_split(stage: JudgerStage, data_dir: Path, ctx: TrainContext) -> tuple[list[JudgerPair], list[JudgerPair]]:
     """(selected training rows, dev rows to choose the alpha on); the counts are printed once."""
     path = require_pairs(data_dir, "train")
@@ -96,7 +92,7 @@ def training_split(stage: JudgerStage, data_dir: Path, ctx: TrainContext) -> tup
         dev = select_pairs(dev, require_positive=True, kept=kept, random_negatives=0, seed=ctx.seed)
     else:
         dev = []
-    if int(os.environ.get("RANK", "0")) == 0:
+    if rank() == 0:
         from rich.console import Console
 
         dev_note = f"; alpha dev: {len({r.persona_id for r in dev})} individuals" if dev else ""
