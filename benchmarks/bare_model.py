@@ -11,7 +11,8 @@ against (`quickstart_stages.py`).
   the unmerged adapter.
 Training runs at the precision TRL gets from memrl (`hf_trainer.device_args`: bf16 autocast where the CPU has bf16
 instructions); the data and eval stages' generation replayed at the dtype memrl decodes in (`core.models.compute_dtype`:
-bf16 on a CPU with bf16 instructions, else fp32), so their ratio compares the same arithmetic.
+bf16 on a CPU with bf16 instructions, else fp32) and attention (`core.attention`: SDPA for prompts, matmul + softmax
+for each new token), so their ratio compares the same arithmetic.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from memrl.core.attention import decode_fast_on_cpu
 from memrl.core.models import compute_dtype
 
 
@@ -78,6 +80,7 @@ def _load(path: str, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    decode_fast_on_cpu(model)  # memrl's own attention split on CPU: the same arithmetic as the stage's
     return model.eval(), tokenizer
 
 

@@ -27,6 +27,7 @@ HERE = Path(__file__).parent
 BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "collab_overhead": ([], ["--users", "8", "--sessions", "2"]),
     "collab_grpo_step": ([], ["--steps", "2", "--users", "2", "--max-turn-tokens", "16"]),
+    "cpu_attention": ([], ["--batch", "4", "--words", "100", "--new-tokens", "16", "--repeats", "1"]),
     "judge_throughput": ([], ["--samples", "32"]),
     "judger_scoring": ([], ["--pairs", "32", "--repeats", "2"]),
     "pahf_memory": ([], ["--quick"]),
@@ -98,6 +99,25 @@ def _collab_grpo_rows(r: dict[str, Any]) -> list[Row]:
             )
         )
     return rows
+
+
+def _attention_rows(r: dict[str, Any]) -> list[Row]:
+    runs, shape = r["runs"], f"{r['batch']} prompts of {r['prompt_tokens']} tokens, {r['model']} in {r['dtype']}"
+    split, sdpa, eager = runs["split"], runs["sdpa"], runs["eager"]
+    return [
+        (
+            "CPU decoding, split attention vs SDPA",
+            f"decoding steps/s, `memrl.core.attention` / transformers' SDPA ({shape})",
+            f"{r['split_decode_over_sdpa']:.2f}x",
+            f"{split['decode_s_per_step'] * 1e3:.0f} vs {sdpa['decode_s_per_step'] * 1e3:.0f} ms a step",
+        ),
+        (
+            "CPU prefill, split attention vs eager",
+            f"prompts read/s, `memrl.core.attention` / transformers' eager attention ({shape})",
+            f"{r['split_prefill_over_eager']:.2f}x",
+            f"{split['prefill_s']:.2f} vs {eager['prefill_s']:.2f} s (SDPA {sdpa['prefill_s']:.2f})",
+        ),
+    ]
 
 
 def _judge_rows(r: dict[str, Any]) -> list[Row]:
@@ -190,6 +210,7 @@ def _rollout_rows(r: dict[str, Any]) -> list[Row]:
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "collab_overhead": _collab_rows,
     "collab_grpo_step": _collab_grpo_rows,
+    "cpu_attention": _attention_rows,
     "judge_throughput": _judge_rows,
     "judger_scoring": _judger_rows,
     "pahf_memory": _pahf_rows,

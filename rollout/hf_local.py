@@ -28,6 +28,7 @@ from transformers import (
 
 from memrl.core import interrupts
 from memrl.core.asyncs import MicroBatcher, in_own_thread
+from memrl.core.attention import decode_fast_on_cpu
 from memrl.core.models import compute_dtype
 from memrl.rollout.base import ChatBackend, Completion, Conversation, SamplingParams
 
@@ -105,6 +106,7 @@ class HFBackend(ChatBackend):
             model_path, dtype=pick_dtype(dtype, self.device), device_map=self.device
         )
         self.model.eval()
+        decode_fast_on_cpu(self.model)
         self.model_path = model_path
         self._lock = threading.Lock()  # one generate at a time: the model is not re-entrant
         # One batcher per event loop and sampling setting: a batch decodes with one setting.

@@ -29,6 +29,12 @@ def tiny(tiny_qwen2: str) -> HFBackend:
     return HFBackend(tiny_qwen2, device="cpu", dtype="float32", batch_size=3)
 
 
+def test_decodes_with_the_split_attention_on_cpu(tiny: HFBackend) -> None:
+    from memrl.core.attention import split_attention
+
+    assert tiny.model.config._attn_implementation == split_attention()
+
+
 def test_batched_greedy_equals_one_at_a_time(tiny: HFBackend) -> None:
     # Left padding and attention masks must make a batch behave like separate calls.
     greedy = SamplingParams(temperature=0, max_tokens=12)

@@ -65,11 +65,13 @@ def test_one_full_parameter_sft_step_at_lr_1e6_moves_the_weights(bf16_model: Pat
 
 
 def test_the_full_parameter_grpo_policy_trains_float32_master_weights(bf16_model: Path) -> None:
+    from memrl.core.attention import split_attention
     from memrl.train.trl.grpo import policy_model
 
     stage = GRPOStage(kind="grpo", model="policy", data="d", lora=None)
     model, lora, _ = policy_model(stage, str(bf16_model))
     assert lora is None and {p.dtype for p in model.parameters()} == {torch.float32}
+    assert model.config._attn_implementation == split_attention()  # its rollouts decode with the split attention
     with_lora = GRPOStage(kind="grpo", model="policy", data="d")  # LoRA: the frozen base stays as stored
     assert {p.dtype for p in policy_model(with_lora, str(bf16_model))[0].parameters()} == {torch.bfloat16}
 

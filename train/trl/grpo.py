@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memrl.core.attention import decode_fast_on_cpu
 from memrl.core.checkpoints import (
     adapter_base,
     is_adapter,
@@ -57,16 +58,24 @@ def load_rl_split(data_dir: Path, split: str, tokenizer: Any, max_prompt_length:
 
 
 def policy_model(stage: PolicyOptimStage, base_model: str) -> tuple[Any, Any, str]:
-    """(model, peft_config, base ref). An SFT adapter keeps training as is; a full model gets a fresh adapter."""
+    """(model, peft_config, base ref). An SFT adapter keeps training as is; a full model gets a fresh adapter. On CPU
+    the model samples its rollouts with the split attention (memrl.core.attention): the loss's passes are unchanged."""
     start = resolve_model(stage.init) if stage.init else resolve_model(base_model)
     dtype = master_dtype(stage.lora is None)  # full fine-tuning: float32 master weights (see master_dtype)
+    lora = None
     if is_adapter(Path(start)):
         base = adapter_base(Path(start))
-        if stage.lora is not None:
-            return load_causal_lm(start, trainable_adapter=True), None, base
-        return load_causal_lm(start, dtype=dtype), None, base  # full fine-tuning from the merged warm-up
-    lora = peft_config(stage.lora) if stage.lora is not None else None
-    return load_causal_lm(start, dtype=dtype), lora, portable_ref(stage.init or base_model)
+        # LoRA: the SFT adapter keeps training; full fine-tuning starts from the merged warm-up.
+        model = (
+            load_causal_lm(start, trainable_adapter=True)
+            if stage.lora is not None
+            else load_causal_lm(start, dtype=dtype)
+        )
+    else:
+        lora = peft_config(stage.lora) if stage.lora is not None else None
+        model, base = load_causal_lm(start, dtype=dtype), portable_ref(stage.init or base_model)
+    decode_fast_on_cpu(model)
+    return model, lora, base
 
 
 def vllm_args(stage: GRPOStage) -> dict[str, Any]:
