@@ -74,7 +74,10 @@ def policy_model(stage: PolicyOptimStage, base_model: str) -> tuple[Any, Any, st
     else:
         lora = peft_config(stage.lora) if stage.lora is not None else None
         model, base = load_causal_lm(start, dtype=dtype), portable_ref(stage.init or base_model)
-    decode_fast_on_cpu(model)
+    import torch
+
+    if not torch.cuda.is_available():  # the trainer runs on the CPU then (hf_trainer.device_args), its rollouts too
+        decode_fast_on_cpu(model)
     return model, lora, base
 
 
