@@ -31,6 +31,11 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
 
+    @property
+    def decoding(self) -> str:
+        """How texts are drawn, in the words a chart or report uses: "greedy" or "sampled at T"."""
+        return "greedy" if self.temperature == 0 else f"sampled at {self.temperature:g}"
+
 
 @dataclass(frozen=True)
 class Completion:

@@ -249,10 +249,12 @@ def reflector_chart(
     fits: Mapping[str, Mapping[str, Any]],
     held_out: Sequence[HeldOutPoint],
     out: Path,
+    decoding: str | None = None,
 ) -> Chart | None:
     """Left: per GRPO stage the per-step mean reward with its spread as a band, its parts as thin lines, and the
     least-squares line with its slope interval in the legend (the within-prompt slope's dotted, where known). Right:
-    each model's held-out score with its 95% interval. None (and no file) when there is nothing to draw."""
+    each model's held-out score with its 95% interval, its axis naming how the notes were decoded where `decoding`
+    says. None (and no file) when there is nothing to draw."""
     curves = {name: steps for name, steps in curves.items() if steps}
     if not curves and not held_out:
         return None
@@ -307,8 +309,10 @@ def reflector_chart(
         ax.set_xticks(xs, [p.label for p in held_out])
         ax.set_xlim(-0.5, len(held_out) - 0.5)
         ax.set_title("held-out reward of each model (95% interval)")
-        ax.set_ylabel("coverage + format, greedy")
-        panels.append(Panel("held-out score", {"held-out": [(float(x), y) for x, y in zip(xs, ys, strict=True)]}))
+        ylabel = "coverage + format" + (f", {decoding}" if decoding else "")
+        ax.set_ylabel(ylabel)
+        held = {"held-out": [(float(x), y) for x, y in zip(xs, ys, strict=True)]}
+        panels.append(Panel("held-out score", held, "model", ylabel))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

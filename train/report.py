@@ -219,10 +219,12 @@ def write_report(
     eval_dir: Path | None = None,
     *,
     seed: int = 0,
+    decoding: str | None = None,
 ) -> Path:
     """`report.json`: per model label its held-out metrics (with `intervals` where the rows are in `eval_dir`), each
     label's score gain over the one before, the learning verdict (the last label against the one before, paired
-    over rows), the reward-hacking flag, the GRPO curve's slope and `reward_curve.png`; with `outcome`
+    over rows), the reward-hacking flag, the GRPO curve's slope and `reward_curve.png`; `decoding` (how the held-out
+    notes were drawn) goes on the chart's axis and into `held_out_decoding`; with `outcome`
     (train/rewards/next_session_eval.py), the next-session evaluation of the held-out notes."""
     labels = list(results)
     rows = held_out_rows(eval_dir, labels) if eval_dir is not None else {}
@@ -241,10 +243,11 @@ def write_report(
         for label, r in results.items()
         if r.get("intervals", {}).get("score", {}).get("ci95")
     ]
-    chart = reflector_chart(steps, fits, points, run_dir / CURVE_FILE)
+    chart = reflector_chart(steps, fits, points, run_dir / CURVE_FILE, decoding)
     last_fit = next(((name, fit) for name, fit in reversed(fits.items())), None)
     report = {
         "held_out": results,
+        "held_out_decoding": decoding,
         "mean_reward": {label: results[label].get("score") for label in labels},
         "gains": {
             f"{after}_minus_{before}": _diff(results[after].get("score"), results[before].get("score"))

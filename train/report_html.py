@@ -84,7 +84,7 @@ def _verdict(report: Mapping[str, Any]) -> str:
     return "<ul>" + "".join(f"<li>{line}</li>" for line in lines) + "</ul>"
 
 
-def _held_out(results: Mapping[str, Mapping[str, Any]]) -> str:
+def _held_out(results: Mapping[str, Mapping[str, Any]], decoding: str | None) -> str:
     head = [
         "model",
         "n",
@@ -115,7 +115,7 @@ def _held_out(results: Mapping[str, Mapping[str, Any]]) -> str:
                 cell("format_failure"),
             ]
         )
-    return _table(head, rows)
+    return _table(head, rows, f"held-out notes: {decoding}" if decoding else "")
 
 
 def _outcome(outcome: Mapping[str, Any]) -> str:
@@ -214,7 +214,7 @@ def write_html(
             "<h2>Reward curve and held-out scores</h2>",
             f'<img alt="GRPO reward per step and held-out scores" src="data:image/png;base64,{data}">',
         ]
-    parts += ["<h2>Held-out reflections</h2>", _held_out(results)]
+    parts += ["<h2>Held-out reflections</h2>", _held_out(results, report.get("held_out_decoding"))]
     if (outcome := report.get("outcome")) is not None:
         parts += ["<h2>Next session with the notes</h2>", _outcome(outcome)]
     if results:

@@ -19,6 +19,7 @@ def test_smoke_runs_every_stage_and_reports(smoke_run: Path) -> None:
         assert held_out["n"] == 3 and held_out["judge_failures"] == 0
         assert 0.0 <= held_out["score"] <= 2.0 and 0.0 <= held_out["format"] <= 1.0
     assert set(report["gains"]) == {"sft_minus_base", "grpo_minus_sft"}
+    assert report["held_out_decoding"] == "greedy"  # the quickstart's eval sampling is temperature 0
     assert (smoke_run / "reward_curve.png").stat().st_size > 0
     # The GRPO stage logged its reward parts per step, and checkpoints carry what export needs.
     history = json.loads((smoke_run / "grpo" / "log_history.json").read_text())

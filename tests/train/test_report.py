@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from memrl.rollout.base import SamplingParams
+from memrl.train.curves import HeldOutPoint, reflector_chart
 from memrl.train.report import curve_fit, hacking_flag, learning_verdict, model_intervals, write_report
 from memrl.train.report_html import write_html
 
@@ -137,7 +139,8 @@ def test_the_report_holds_the_verdict_curve_and_a_self_contained_page(tmp_path: 
         (eval_dir / label).mkdir(parents=True)
         (eval_dir / label / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     results = {label: {"n": 48, "score": sum(r["score"] for r in rows) / 48} for label, rows in scored.items()}
-    path = write_report(tmp_path, results, None, {"grpo": stage / "log_history.json"}, None, eval_dir)
+    logs = {"grpo": stage / "log_history.json"}
+    path = write_report(tmp_path, results, None, logs, None, eval_dir, decoding="sampled at 0.7")
     report = json.loads(path.read_text())
     assert report["learning"]["verdict"] is True and report["learning"]["compared"] == "grpo - sft"
     assert report["learning"]["n"] == 48 and report["learning"]["ci95"][0] > 0
@@ -156,6 +159,7 @@ def test_the_report_holds_the_verdict_curve_and_a_self_contained_page(tmp_path: 
     parser = _Page()
     parser.feed(page.read_text())
     assert len(parser.images) == 1 and parser.images[0].startswith("data:image/png;base64,")  # nothing fetched
+    assert "<caption>held-out notes: sampled at 0.7</caption>" in page.read_text()
     held_out = parser.tables[0]
     assert held_out[0][:3] == ["model", "n", "score [95%]"] and [r[0] for r in held_out[1:]] == ["base", "sft", "grpo"]
     side_by_side = parser.tables[1:]
@@ -168,3 +172,16 @@ def test_the_report_holds_the_verdict_curve_and_a_self_contained_page(tmp_path: 
 
 def sft_rows() -> list[dict[str, Any]]:
     return _rows([0.0] * 48)
+
+
+@pytest.mark.parametrize(("temperature", "words"), [(0.0, "greedy"), (0.7, "sampled at 0.7")])
+def test_the_held_out_axis_says_how_the_notes_were_drawn(temperature: float, words: str, tmp_path: Path) -> None:
+    """reflector-quickstart samples its held-out notes at 0.7: an axis that always said greedy misled."""
+    decoding = SamplingParams(temperature=temperature).decoding
+    assert decoding == words
+    points = [HeldOutPoint("sft", 1.0, 0.8, 1.2), HeldOutPoint("grpo", 1.3, 1.1, 1.5)]
+    chart = reflector_chart({}, {}, points, tmp_path / "curve.png", decoding)
+    assert chart is not None and chart.panels[-1].ylabel == f"coverage + format, {words}"
+    results = {"sft": {"score": 1.0}, "grpo": {"score": 1.3}}
+    report = json.loads(write_report(tmp_path, results, None, {}, decoding=decoding).read_text())
+    assert report["held_out_decoding"] == words

@@ -85,6 +85,7 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
 
     out, data = ctx.stage_dir(name), ctx.artifact(stage.data)
     models = {label: ctx.model_ref(ref) for label, ref in stage.models.items()}
+    sampling = stage.sampling.params()
     results: dict[str, Any] = {}
     for label, ref in models.items():
         metrics = evaluate_reflector(
@@ -92,7 +93,7 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
             data,
             out / label,
             stage.reward,
-            stage.sampling.params(),
+            sampling,
             ctx.console,
             max_samples=stage.max_samples,
             batch_size=stage.batch_size,
@@ -110,7 +111,9 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
             stage.reward.outcome, data, out, list(models), stage.reward.plain_text_notes, users=stage.outcome_users
         )
         _print_outcome(outcome, ctx, name)
-    report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx), outcome, out, seed=ctx.seed)
+    report = write_report(
+        ctx.run_dir, results, online, _grpo_logs(ctx), outcome, out, seed=ctx.seed, decoding=sampling.decoding
+    )
     sections = json.loads(report.read_text())
     _print_verdict(sections, ctx, name)
     page = write_html(ctx.run_dir, sections, out, _data_rows(data), title=f"memrl run {ctx.name}")
