@@ -147,11 +147,21 @@ def summarize(what: str, seeds: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _detectable(units: Units) -> str:
+    """The smallest true effect these units would show 4 times in 5 (`memrl.core.stats.detectable_effect`)."""
+    from memrl.core.stats import detectable_effect
+
+    found = detectable_effect(units)
+    return "-" if found is None else f"{found:.4f}"
+
+
 def markdown(machines: list[dict[str, Any]]) -> str:
     lines = [
         "# Seeds tables",
         "",
         "One section per machine: its CPU, and each run's minutes and the 1-minute load average before and after it.",
+        "`detectable`: the smallest true effect that many units, as spread as these, show with an interval above 0",
+        "4 times in 5 (normal approximation); an interval reaching 0 rules out no effect below it.",
         "",
     ]
     for machine in machines:
@@ -160,19 +170,20 @@ def markdown(machines: list[dict[str, Any]]) -> str:
             lines += [
                 f"### {what}: `{r['recipe']}`, {r['effect']}",
                 "",
-                "| seed | n | effect | 95% interval | minutes | load before / after |",
-                "|---|---:|---:|---|---:|---|",
+                "| seed | n | effect | 95% interval | detectable | minutes | load before / after |",
+                "|---|---:|---:|---|---:|---:|---|",
             ]
             for s in r["seeds"]:
                 lines.append(
                     f"| {s['seed']} | {s['n']} | {s['delta']:+.4f} | [{s['ci95'][0]:+.4f}, {s['ci95'][1]:+.4f}] | "
-                    f"{s['minutes']} | {s['load_before']} / {s['load_after']} |"
+                    f"{_detectable(s['units'])} | {s['minutes']} | {s['load_before']} / {s['load_after']} |"
                 )
             ci = r["pooled_ci95"]
             interval = f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "-"
             pooled = f"{r['pooled']:+.4f}" if r["pooled"] is not None else "-"
             lines += [
-                f"| pooled | {r['pooled_n']} | {pooled} | {interval} | | |",
+                f"| pooled | {r['pooled_n']} | {pooled} | {interval} | "
+                f"{_detectable([u for s in r['seeds'] for u in s['units']])} | | |",
                 "",
                 f"Claim: **{'holds' if r['claim'] else 'not made'}** ({r['why']}).",
                 "",

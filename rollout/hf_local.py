@@ -129,8 +129,9 @@ class HFBackend(ChatBackend):
     def generate(self, conversations: Sequence[Conversation], params: SamplingParams | None = None) -> list[Completion]:
         params = params or SamplingParams()
         prompts = [self._prompt(c) for c in conversations]
-        # With a seed, each row samples from its own generator: the same request gives the same text whatever else
-        # shares its batch (batches form by timing), as a vLLM request with a seed does.
+        # With a seed, each row samples from its own generator: its draws do not depend on what else shares its batch
+        # (batches form by timing), as a vLLM request with a seed's do. The rows beside it still move its logits at
+        # the rounding level, so a local run also keeps the order of its calls (envs.pool.InFlight.next).
         seeds = None if params.seed is None else row_seeds(params.seed, prompts)
         out: list[Completion] = []
         with self._lock:

@@ -1,6 +1,6 @@
 """Held-out statistics with bootstrap intervals (scipy's resampling): a paired difference of two scores measured on
 the same items, a mean, a least-squares slope over steps (across them, or within groups such as prompts seen again),
-and the rule that turns intervals into a claim."""
+the rule that turns intervals into a claim, and the smallest effect a number of paired units can show."""
 
 from __future__ import annotations
 
@@ -67,6 +67,22 @@ def paired_difference(
         raise ValueError(f"paired_difference: {len(a)} scores against {len(b)}")
     diffs = [x - y for x, y in zip(a, b, strict=True) if not (math.isnan(x) or math.isnan(y))]
     return mean_interval(diffs, confidence=confidence, resamples=resamples, seed=seed)
+
+
+def detectable_effect(differences: Sequence[float], *, confidence: float = 0.95, power: float = 0.8) -> float | None:
+    """The smallest true mean difference that this many paired units, as spread as these, would show with an interval
+    above 0 in `power` of repeated experiments (normal approximation: (z of the two-sided confidence + z of the
+    power) x sd / sqrt(n)). It says what an interval reaching 0 rules out, and how many units a smaller effect needs.
+    None with fewer than two units."""
+    from scipy.stats import norm
+
+    kept = _finite(differences)
+    if len(kept) < 2:
+        return None
+    mean = sum(kept) / len(kept)
+    sd = math.sqrt(sum((d - mean) ** 2 for d in kept) / (len(kept) - 1))
+    z = float(norm.ppf(1 - (1 - confidence) / 2) + norm.ppf(power))
+    return z * sd / math.sqrt(len(kept))
 
 
 def slope_interval(

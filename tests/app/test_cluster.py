@@ -42,6 +42,9 @@ def _env(**extra: str) -> dict[str, str]:
         "COLUMNS": "200",
         **AUTH,
         "RAY_USAGE_STATS_ENABLED": "0",
+        # A worker node on 2 busy cores can take longer than Ray's 30 s to register with the head (seen once under
+        # the full suite: "GCS cannot find the node ... Try increase the RAY_raylet_start_wait_time_s config").
+        "RAY_raylet_start_wait_time_s": "120",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # job entrypoints call `memrl` by name
         **extra,
     }

@@ -46,8 +46,11 @@ def test_learning_is_a_verdict_on_the_paired_interval_not_a_comparison_of_means(
     assert verdict["n"] == 48 and verdict["ci95"][0] > 0 and abs(verdict["delta"] - 0.1) < 0.03
     # A higher mean that the interval does not carry: not learning.
     noisy = {"sft": _rows(sft), "grpo": _rows([s + rng.choice([-0.6, 0.65]) for s in sft])}
-    verdict = learning_verdict(noisy)
-    assert verdict is not None and verdict["verdict"] is False and verdict["ci95"][0] <= 0
+    noisy_verdict = learning_verdict(noisy)
+    assert noisy_verdict is not None and noisy_verdict["verdict"] is False and noisy_verdict["ci95"][0] <= 0
+    # What the noisy rows could have shown: only a gain well above the one they carry, and far above the tight rows'.
+    assert noisy_verdict["detectable"] > max(noisy_verdict["delta"], 0) + 0.1
+    assert noisy_verdict["detectable"] > 5 * verdict["detectable"]
     # Rows are paired by key: a model that scored fewer rows is compared on the shared ones only.
     shared = learning_verdict({"sft": _rows(sft), "grpo": _rows([s + 0.2 for s in sft])[:20]})
     assert shared is not None and shared["n"] == 20 and shared["verdict"] is True

@@ -142,6 +142,12 @@ def _print_verdict(report: dict[str, Any], ctx: RunContext, name: str) -> None:
             f"{name}: {shown}: {learning['compared']} = {learning['delta']} {learning['ci95']} "
             f"over {learning['n']} held-out sessions (paired bootstrap 95%; shown only when the interval is above 0)"
         )
+        if not learning["verdict"] and learning.get("detectable") is not None:
+            ctx.console.print(
+                f"{name}: over {learning['n']} sessions as spread as these, a true gain shows 4 times in 5 only from "
+                f"{learning['detectable']} up; a smaller one needs more held-out sessions or the seeds table "
+                "(benchmarks/learn.py)"
+            )
     if curve := report.get("curve"):
         rising = "[green]rising[/green]" if curve["rising"] else "[yellow]not rising[/yellow]"
         ctx.console.print(
