@@ -84,13 +84,13 @@ def learning_verdict(rows: Mapping[str, Sequence[Row]], *, seed: int = 0) -> dic
     if len(labels) < 2:
         return None
     after, before = labels[-1], labels[-2]
-    n, found = _paired(rows[after], rows[before], "score", seed)
-    delta, interval = _rounded(found)
-    detectable = detectable_effect([a - b for a, b in zip(*_pairs(rows[after], rows[before], "score"), strict=True)])
+    mine, theirs = _pairs(rows[after], rows[before], "score")
+    delta, interval = _rounded(paired_difference(mine, theirs, seed=seed))
+    detectable = detectable_effect([a - b for a, b in zip(mine, theirs, strict=True)])
     return {
         "verdict": interval is not None and interval[0] > 0,
         "compared": f"{after} - {before}",
-        "n": n,
+        "n": len(mine),
         "delta": delta,
         "ci95": interval,
         "detectable": None if detectable is None else round(detectable, 4),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist, stdev
 from typing import Any
 
 Interval = tuple[float, float]
@@ -74,15 +75,11 @@ def detectable_effect(differences: Sequence[float], *, confidence: float = 0.95,
     above 0 in `power` of repeated experiments (normal approximation: (z of the two-sided confidence + z of the
     power) x sd / sqrt(n)). It says what an interval reaching 0 rules out, and how many units a smaller effect needs.
     None with fewer than two units."""
-    from scipy.stats import norm
-
     kept = _finite(differences)
     if len(kept) < 2:
         return None
-    mean = sum(kept) / len(kept)
-    sd = math.sqrt(sum((d - mean) ** 2 for d in kept) / (len(kept) - 1))
-    z = float(norm.ppf(1 - (1 - confidence) / 2) + norm.ppf(power))
-    return z * sd / math.sqrt(len(kept))
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2) + NormalDist().inv_cdf(power)
+    return z * stdev(kept) / math.sqrt(len(kept))
 
 
 def slope_interval(
