@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import subprocess
 import sys
@@ -51,9 +52,11 @@ def reflector_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], 
     """GRPO - SFT judge score per held-out session (`report.json` `learning`)."""
     learning = report["learning"]
     after, before = (s.strip() for s in learning["compared"].split("-"))
-    mine = {r["key"]: r["score"] for r in read_jsonl(run / "eval" / after / "scores.jsonl")}
-    theirs = {r["key"]: r["score"] for r in read_jsonl(run / "eval" / before / "scores.jsonl")}
-    units = [mine[k] - theirs[k] for k in sorted(mine.keys() & theirs.keys()) if None not in (mine[k], theirs[k])]
+    from memrl.train.report import SCORES, session_measure
+
+    mine, theirs = ({r["key"]: session_measure(r, "score") for r in read_jsonl(run / "eval" / side / SCORES)}
+                    for side in (after, before))  # fmt: skip
+    units = [d for k in sorted(mine.keys() & theirs.keys()) if not math.isnan(d := mine[k] - theirs[k])]
     return {"n": learning["n"], "delta": learning["delta"], "ci95": learning["ci95"]}, units
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, model_validator
 from rich.console import Console
 
 from memrl.core.checkpoints import is_adapter, resolve_model
@@ -45,6 +46,11 @@ class EvalReflectorConfig(StrictModel):
     reward: RewardConfig = RewardConfig()
     sampling: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=256)
     max_samples: PositiveInt | None = None
+    draws: PositiveInt = Field(
+        default=1,
+        description="notes sampled per held-out session, draw j at sampling seed + j; a session's measures are the "
+        "mean of its draws, so its paired interval measures the model rather than one draw's luck",
+    )
     batch_size: PositiveInt = Field(default=8, description="prompts per generation batch (transformers backend)")
     online: OnlineCheck | None = None
     outcome_users: PositiveInt | None = Field(
@@ -52,6 +58,12 @@ class EvalReflectorConfig(StrictModel):
         description="with `reward.outcome`: held-out users whose next sessions are played (the first row of each); "
         "default: every user of the evaluated rows",
     )
+
+    @model_validator(mode="after")
+    def _draws_are_sampled(self) -> EvalReflectorConfig:
+        if self.draws > 1 and self.sampling.temperature == 0:
+            raise ValueError("draws > 1 needs sampling.temperature > 0: greedy draws of one prompt are one draw")
+        return self
 
 
 def servable_model(ref: str) -> str:
@@ -96,33 +108,53 @@ def evaluate_reflector(
     *,
     max_samples: int | None = None,
     batch_size: int = 8,
+    draws: int = 1,
 ) -> dict[str, Any]:
-    """Generate a reflection per eval prompt (resumable), score them all, write and return `metrics.json`."""
+    """Generate `draws` reflections per eval prompt (resumable), score them all, write and return `metrics.json`.
+
+    `scores.jsonl` holds one line per prompt: its first draw's notes and parts, and with more than one draw, every
+    draw's under `draws` (what `memrl.train.report.session_measure` averages)."""
     rows = load_eval_split(data, max_samples)
     sink = ResumableJsonl(out_dir / "generations.jsonl")
-    todo = [r for r in rows if r["key"] not in sink.done]
+    todo = [(row, n) for n in range(draws) for row in rows if draw_key(row["key"], n) not in sink.done]
     if todo:
         backend = reflector_backend(servable_model(model), batch_size)
         try:
             with progress(console) as bar:
                 task = bar.add_task(f"reflecting ({Path(model).name})", total=len(todo))
-                for start in range(0, len(todo), batch_size):
-                    chunk = todo[start : start + batch_size]
-                    for row, done in zip(chunk, backend.generate([r["prompt"] for r in chunk], sampling), strict=True):
-                        sink.append({"key": row["key"], "completion": done.text, "finish_reason": done.finish_reason})
-                    bar.advance(task, len(chunk))
+                for n in range(draws):  # draw n samples at seed + n: a prompt's draws differ, each repeats itself
+                    params = sampling if sampling.seed is None else replace(sampling, seed=sampling.seed + n)
+                    mine = [row for row, m in todo if m == n]
+                    for start in range(0, len(mine), batch_size):
+                        chunk = mine[start : start + batch_size]
+                        done = backend.generate([r["prompt"] for r in chunk], params)
+                        for row, reply in zip(chunk, done, strict=True):
+                            record = {"completion": reply.text, "finish_reason": reply.finish_reason}
+                            sink.append({"key": draw_key(row["key"], n), **record})
+                        bar.advance(task, len(chunk))
         finally:
             backend.close()
     completions = {r["key"]: r["completion"] for r in sink.records()}
-    keys = [r["key"] for r in rows]
-    truths = [GroundTruth.from_obj(r["ground_truth"]) for r in rows]
-    parts = asyncio.run(RewardScorer(reward).ascore([completions[k] for k in keys], truths))
-    scored = [{"key": k, "completion": completions[k], **p.to_dict()} for k, p in zip(keys, parts, strict=True)]
+    drawn = [(r["key"], n) for r in rows for n in range(draws)]
+    truths = {r["key"]: GroundTruth.from_obj(r["ground_truth"]) for r in rows}
+    texts = [completions[draw_key(k, n)] for k, n in drawn]
+    parts = asyncio.run(RewardScorer(reward).ascore(texts, [truths[k] for k, _ in drawn]))
+    each = [{"completion": t, **p.to_dict()} for t, p in zip(texts, parts, strict=True)]
+    scored = []
+    for i, row in enumerate(rows):
+        mine = each[i * draws : (i + 1) * draws]
+        scored.append({"key": row["key"], **mine[0]} | ({"draws": mine} if draws > 1 else {}))
     (out_dir / "scores.jsonl").write_text("".join(json.dumps(s) + "\n" for s in scored))
-    metrics = summarize(scored)
-    metrics["model"] = model
+    metrics = summarize([{"key": k, **e} for (k, _), e in zip(drawn, each, strict=True)])
+    metrics |= {"n": len(rows), "draws": draws, "model": model}  # means and failure counts are over every draw
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     return metrics
+
+
+def draw_key(key: str, draw: int) -> str:
+    """A generation's key in `generations.jsonl`: the prompt's, with `#n` for draws after the first (a one-draw run
+    writes the keys it always wrote, so an older run folder resumes)."""
+    return key if draw == 0 else f"{key}#{draw}"
 
 
 def summarize(scored: list[dict[str, Any]]) -> dict[str, Any]:

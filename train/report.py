@@ -32,9 +32,10 @@ REPORT_FILE = "report.json"
 CURVE_FILE = "reward_curve.png"
 SCORES = "scores.jsonl"  # per held-out row of a model, as train/evaluate.py writes it
 TRAIN_REWARD_MIN, TRAIN_REWARD_MAX = "critic/score/min", "critic/score/max"
-Row = Mapping[str, Any]  # one held-out reflection as `eval/<label>/scores.jsonl` holds it
+Row = Mapping[str, Any]  # one held-out session's reflection as `eval/<label>/scores.jsonl` holds it
 
-# Per model: what each held-out row contributes to the mean that is reported with its interval.
+# Per model: what each held-out reply contributes to the mean that is reported with its interval (a session with
+# several draws contributes their mean: `session_measure`).
 MEASURES: dict[str, Any] = {
     "score": lambda r: math.nan if r.get("score") is None else float(r["score"]),
     "coverage": lambda r: math.nan if r.get("coverage") is None else float(r["coverage"]),
@@ -42,6 +43,15 @@ MEASURES: dict[str, Any] = {
     "notes_tokens": lambda r: float(r.get("notes_tokens") or 0),
     "format_failure": lambda r: float(r.get("format") == 0.0),
 }
+
+
+def session_measure(row: Row, measure: str) -> float:
+    """`measure` of one held-out session: the mean over its draws (`draws`, when the eval stage drew more than one
+    note per session) of those that have it; NaN when none does (a judge that failed on every draw)."""
+    values = [v for d in row.get("draws", [row]) if not math.isnan(v := MEASURES[measure](d))]
+    return math.fsum(values) / len(values) if values else math.nan
+
+
 # Measures a reward hacker moves while its score rises: up, more invented preferences, longer notes, broken replies;
 # down, coverage (a score bought with the format alone, e.g. the prompt's placeholder JSON copied back).
 HACKING_SIGNS = {"hallucinated": "up", "notes_tokens": "up", "format_failure": "up", "coverage": "down"}
@@ -56,8 +66,8 @@ def _rounded(found: tuple[float, tuple[float, float]] | None) -> tuple[float | N
 def model_intervals(rows: Sequence[Row], *, seed: int = 0) -> dict[str, Any]:
     """Each measure's mean over the rows and its bootstrap 95% interval: `{measure: {"mean", "ci95"}}`."""
     out: dict[str, Any] = {}
-    for name, value in MEASURES.items():
-        mean, interval = _rounded(mean_interval([value(r) for r in rows], seed=seed))
+    for name in MEASURES:
+        mean, interval = _rounded(mean_interval([session_measure(r, name) for r in rows], seed=seed))
         out[name] = {"mean": mean, "ci95": interval}
     return out
 
@@ -69,9 +79,8 @@ def _paired(after: Sequence[Row], before: Sequence[Row], measure: str, seed: int
 
 def _pairs(after: Sequence[Row], before: Sequence[Row], measure: str) -> tuple[list[float], list[float]]:
     """`measure` of the rows both models scored, in the same key order."""
-    value = MEASURES[measure]
-    mine = {r["key"]: value(r) for r in after}
-    theirs = {r["key"]: value(r) for r in before}
+    mine = {r["key"]: session_measure(r, measure) for r in after}
+    theirs = {r["key"]: session_measure(r, measure) for r in before}
     keys = sorted(mine.keys() & theirs.keys())
     return [mine[k] for k in keys], [theirs[k] for k in keys]
 

@@ -97,6 +97,7 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
             ctx.console,
             max_samples=stage.max_samples,
             batch_size=stage.batch_size,
+            draws=stage.draws,
         )
         record_evaluation(Path(ref), f"{ctx.name}/{label}", metrics)
         results[label] = metrics
@@ -111,9 +112,8 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
             stage.reward.outcome, data, out, list(models), stage.reward.plain_text_notes, users=stage.outcome_users
         )
         _print_outcome(outcome, ctx, name)
-    report = write_report(
-        ctx.run_dir, results, online, _grpo_logs(ctx), outcome, out, seed=ctx.seed, decoding=sampling.decoding
-    )
+    decoding = sampling.decoding + (f", {stage.draws} draws a session" if stage.draws > 1 else "")
+    report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx), outcome, out, seed=ctx.seed, decoding=decoding)
     sections = json.loads(report.read_text())
     _print_verdict(sections, ctx, name)
     page = write_html(ctx.run_dir, sections, out, _data_rows(data), title=f"memrl run {ctx.name}")
