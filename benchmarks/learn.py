@@ -41,8 +41,6 @@ from typing import Any
 
 from cpu_busy import cpu_model
 
-from memrl.core.files import read_jsonl
-
 HERE = Path(__file__).parent
 
 Units = list[float]
@@ -52,11 +50,11 @@ def reflector_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], 
     """GRPO - SFT judge score per held-out session (`report.json` `learning`)."""
     learning = report["learning"]
     after, before = (s.strip() for s in learning["compared"].split("-"))
-    from memrl.train.report import SCORES, session_measure
+    from memrl.train.report import held_out_rows, paired_measures
 
-    mine, theirs = ({r["key"]: session_measure(r, "score") for r in read_jsonl(run / "eval" / side / SCORES)}
-                    for side in (after, before))  # fmt: skip
-    units = [d for k in sorted(mine.keys() & theirs.keys()) if not math.isnan(d := mine[k] - theirs[k])]
+    rows = held_out_rows(run / "eval", [after, before])
+    mine, theirs = paired_measures(rows[after], rows[before], "score")
+    units = [d for a, b in zip(mine, theirs, strict=True) if not math.isnan(d := a - b)]
     return {"n": learning["n"], "delta": learning["delta"], "ci95": learning["ci95"]}, units
 
 

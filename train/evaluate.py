@@ -142,10 +142,10 @@ def evaluate_reflector(
     each = [{"completion": t, **p.to_dict()} for t, p in zip(texts, parts, strict=True)]
     scored = []
     for i, row in enumerate(rows):
-        mine = each[i * draws : (i + 1) * draws]
-        scored.append({"key": row["key"], **mine[0]} | ({"draws": mine} if draws > 1 else {}))
+        session = each[i * draws : (i + 1) * draws]
+        scored.append({"key": row["key"], **session[0]} | ({"draws": session} if draws > 1 else {}))
     (out_dir / "scores.jsonl").write_text("".join(json.dumps(s) + "\n" for s in scored))
-    metrics = summarize([{"key": k, **e} for (k, _), e in zip(drawn, each, strict=True)])
+    metrics = summarize(each)
     metrics |= {"n": len(rows), "draws": draws, "model": model}  # means and failure counts are over every draw
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     return metrics

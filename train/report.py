@@ -73,11 +73,11 @@ def model_intervals(rows: Sequence[Row], *, seed: int = 0) -> dict[str, Any]:
 
 
 def _paired(after: Sequence[Row], before: Sequence[Row], measure: str, seed: int) -> tuple[int, Any]:
-    mine, theirs = _pairs(after, before, measure)
+    mine, theirs = paired_measures(after, before, measure)
     return len(mine), paired_difference(mine, theirs, seed=seed)
 
 
-def _pairs(after: Sequence[Row], before: Sequence[Row], measure: str) -> tuple[list[float], list[float]]:
+def paired_measures(after: Sequence[Row], before: Sequence[Row], measure: str) -> tuple[list[float], list[float]]:
     """`measure` of the rows both models scored, in the same key order."""
     mine = {r["key"]: session_measure(r, measure) for r in after}
     theirs = {r["key"]: session_measure(r, measure) for r in before}
@@ -93,7 +93,7 @@ def learning_verdict(rows: Mapping[str, Sequence[Row]], *, seed: int = 0) -> dic
     if len(labels) < 2:
         return None
     after, before = labels[-1], labels[-2]
-    mine, theirs = _pairs(rows[after], rows[before], "score")
+    mine, theirs = paired_measures(rows[after], rows[before], "score")
     delta, interval = _rounded(paired_difference(mine, theirs, seed=seed))
     detectable = detectable_effect([a - b for a, b in zip(mine, theirs, strict=True)])
     return {

@@ -185,11 +185,12 @@ def _sessions(eval_dir: Path, data_rows: Mapping[str, Mapping[str, Any]], labels
             heard = outcome[label].get(key, {}).get("with_notes")
             drawn = len(line.get("draws", [line]))
             mean = f"; the session's {drawn} draws score {_num(session_measure(line, 'score'), 2)} on average"
+            mean = mean if drawn > 1 else ""
             cells.append(
                 f'<div class="notes">{escape(notes if notes is not None else "(no usable notes)")}</div>'
                 f'<p class="small">judge {_num(line.get("judge_score"), 2)}/3: {escape(line.get("reasoning", ""))}</p>'
                 f'<p class="small">format {_num(line.get("format"), 2)}: {escape(line.get("format_reason", ""))}'
-                f"{mean if drawn > 1 else ''}</p>"
+                f"{mean}</p>"
                 f'<p class="small">{_heard(heard)}</p>'
             )
         blocks.append(
