@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from memrl.envs.collab.records import SessionRecord
 
+from cpu_busy import write_result
+
 HERE = Path(__file__).parent
 RECIPE = "collaborator-quickstart"
 
@@ -453,8 +455,7 @@ def main() -> None:
     finally:
         if args.run_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "collab_grpo_step.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "collab_grpo_step", result)
     print(json.dumps(result, indent=2))
 
 

@@ -12,14 +12,12 @@ attention is judged by: its decoding against SDPA's and its prefill against eage
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from cpu_busy import cpu_model
+from cpu_busy import machine, write_result
 
 from memrl.core.attention import split_attention
 from memrl.core.models import compute_dtype, pull
@@ -91,10 +89,9 @@ def main() -> None:
         "split_decode_over_sdpa": round(runs["sdpa"]["decode_s_per_step"] / runs["split"]["decode_s_per_step"], 2),
         "split_prefill_over_eager": round(runs["eager"]["prefill_s"] / runs["split"]["prefill_s"], 2),
         "torch_threads": torch.get_num_threads(),
-        "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "load_1min": os.getloadavg()[0]},
+        "machine": machine(),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cpu_attention.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "cpu_attention", result)
     print(
         f"split attention: decoding {result['split_decode_over_sdpa']}x SDPA's speed, prefill "
         f"{result['split_prefill_over_eager']}x eager's ({args.batch} prompts of {result['prompt_tokens']} tokens, "

@@ -7,11 +7,14 @@ are in the tree too: they are part of what a stage costs.
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -25,6 +28,19 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def write_result(out: Path, name: str, result: dict[str, Any]) -> Path:
+    """`result` as `<out>/<name>.json`, the file `run_all.py` reads back."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
+def machine() -> dict[str, Any]:
+    """What a benchmark's result records of the machine it ran on: the CPU model, its cores and the 1-minute load."""
+    return {"cpu": cpu_model(), "cpus": os.cpu_count(), "load_1min": os.getloadavg()[0]}
 
 
 @dataclass

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cpu_busy import write_result
+
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from fixed_latency_server import JUDGE_PREFIX, running_server, served  # noqa: E402
@@ -133,8 +135,7 @@ def main() -> None:
         **run(args.samples, args.concurrency, args.latency),
         "machine": {"cpus": os.cpu_count()},
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "judge_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "judge_throughput", result)
     print(
         f"concurrent/sequential: {result['concurrent_over_sequential']}x "
         f"(ideal {result['ideal_concurrent_over_sequential']}x), "

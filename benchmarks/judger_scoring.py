@@ -22,13 +22,13 @@ causal heads' prompts were spliced from pre-tokenized fixed text).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from cpu_busy import machine, write_result
 
 HERE = Path(__file__).parent
 
@@ -172,10 +172,9 @@ def main() -> None:
         "repeats": args.repeats,
         "torch_threads": torch.get_num_threads(),
         "heads": heads,
-        "machine": {"cpus": os.cpu_count(), "load_1min": os.getloadavg()[0]},
+        "machine": machine(),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "judger_scoring.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "judger_scoring", result)
     for name, r in heads.items():
         print(
             f"{name}: batched {r['batched']['pairs_per_second']} pairs/s = {r['batched_over_bare_forward']} of the "

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bare_model import Recorder, grpo_steps, replay, sft_steps
-from cpu_busy import CpuBusy, cpu_model
+from cpu_busy import CpuBusy, cpu_model, write_result
 
 HERE = Path(__file__).parent
 RECORDED = ("data", "eval")  # stages whose generate calls are replayed bare
@@ -95,8 +95,7 @@ def main() -> None:
             "load_before": load_before,
         },
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quickstart_stages.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "quickstart_stages", result)
     console.print_json(data=result)
 
 

@@ -39,6 +39,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cpu_busy import write_result
+
 from memrl.core.models import pull
 from memrl.envs.collab.rows import CollabRLConfig
 from memrl.envs.episode import PolicyReply, play
@@ -262,8 +264,7 @@ def main() -> None:
             "actors": endpoint["actors"],
         },
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "rollout_overhead.json").write_text(json.dumps(result, indent=2))
+    write_result(args.out, "rollout_overhead", result)
     print(json.dumps(result, indent=2))
 
 

@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "collab_grpo_step": ([], ["--steps", "2", "--users", "2", "--max-turn-tokens", "16"]),
     "cpu_attention": ([], ["--batch", "4", "--words", "100", "--new-tokens", "16", "--repeats", "1"]),
     "judge_throughput": ([], ["--samples", "32"]),
+    "lora_dropout": ([], ["--batch", "2", "--tokens", "128", "--completion", "16", "--repeats", "1"]),
     "judger_scoring": ([], ["--pairs", "32", "--repeats", "2"]),
     "pahf_memory": ([], ["--quick"]),
     "rollout_overhead": ([], ["--users", "8", "--sessions", "2", "--repeats", "2"]),
@@ -117,6 +118,19 @@ def _attention_rows(r: dict[str, Any]) -> list[Row]:
             f"{r['split_prefill_over_eager']:.2f}x",
             f"{split['prefill_s']:.2f} vs {eager['prefill_s']:.2f} s (SDPA {sdpa['prefill_s']:.2f})",
         ),
+    ]
+
+
+def _dropout_rows(r: dict[str, Any]) -> list[Row]:
+    steps = r["step_s"]
+    return [
+        (
+            "CPU GRPO loss step, LoRA dropout 0 vs 0.05",
+            f"steps/s, forward + backward of {r['batch']} x {r['tokens']} tokens, {r['model']} + rank-16 LoRA, "
+            f"dropout 0 / 0.05",
+            f"{r['dropout_0_speedup']:.2f}x",
+            f"{steps['0.0']:.2f} vs {steps['0.05']:.2f} s a step, {r['machine']['cpu']}",
+        )
     ]
 
 
@@ -211,6 +225,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "collab_overhead": _collab_rows,
     "collab_grpo_step": _collab_grpo_rows,
     "cpu_attention": _attention_rows,
+    "lora_dropout": _dropout_rows,
     "judge_throughput": _judge_rows,
     "judger_scoring": _judger_rows,
     "pahf_memory": _pahf_rows,

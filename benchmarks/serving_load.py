@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cpu_busy import write_result
 from rich.console import Console
 
 from memrl.envs.collab.config import CollabEvalConfig
@@ -136,8 +137,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     result = run(args.loads, args.users, args.sessions, args.in_flight)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "serving_load.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "serving_load", result)
     print(table(result))
 
 

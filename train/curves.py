@@ -310,7 +310,7 @@ def reflector_chart(
         ax.set_xlim(-0.5, len(held_out) - 0.5)
         ax.set_title("held-out reward of each model (95% interval)")
         ylabel = "coverage + format" + (f", {decoding}" if decoding else "")
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(ylabel.replace(", ", "\n", 1))  # the decoding on a line of its own: it can be long
         held = {"held-out": [(float(x), y) for x, y in zip(xs, ys, strict=True)]}
         panels.append(Panel("held-out score", held, "model", ylabel))
     fig.tight_layout()

@@ -10,6 +10,7 @@ from statistics import fmean
 from typing import Any
 
 from pydantic import Field, PositiveInt, model_validator
+from pydantic_core import PydanticCustomError
 from rich.console import Console
 
 from memrl.core.checkpoints import is_adapter, resolve_model
@@ -46,10 +47,11 @@ class EvalReflectorConfig(StrictModel):
     reward: RewardConfig = RewardConfig()
     sampling: SamplingConfig = SamplingConfig(temperature=0.0, max_tokens=256)
     max_samples: PositiveInt | None = None
-    draws: PositiveInt = Field(
+    draws: PositiveInt | dict[str, PositiveInt] = Field(
         default=1,
         description="notes sampled per held-out session, draw j at sampling seed + j; a session's measures are the "
-        "mean of its draws, so its paired interval measures the model rather than one draw's luck",
+        "mean of its draws, so its paired interval measures the model rather than one draw's luck. A number: every "
+        "model; label -> number: those models, the others drawn once",
     )
     batch_size: PositiveInt = Field(default=8, description="prompts per generation batch (transformers backend)")
     online: OnlineCheck | None = None
@@ -61,9 +63,32 @@ class EvalReflectorConfig(StrictModel):
 
     @model_validator(mode="after")
     def _draws_are_sampled(self) -> EvalReflectorConfig:
-        if self.draws > 1 and self.sampling.temperature == 0:
-            raise ValueError("draws > 1 needs sampling.temperature > 0: greedy draws of one prompt are one draw")
+        why = greedy_draws(max(map(self.draws_of, self.models)), self.sampling.temperature)
+        if isinstance(self.draws, dict) and (unknown := sorted(set(self.draws) - set(self.models))):
+            why = f"{', '.join(unknown)} is not a label of `models` ({', '.join(self.models)})"
+        if why is not None:  # a model's own error, shown under the stage's key (memrl.core.schema.describe_error)
+            raise PydanticCustomError("config_number", "{field}: {problem}", {"field": "draws", "problem": why})
         return self
+
+    def draws_of(self, label: str) -> int:
+        """How many notes `label` samples per held-out session."""
+        return self.draws if isinstance(self.draws, int) else self.draws.get(label, 1)
+
+    def draws_said(self) -> str:
+        """The draws as the report's decoding line gives them ('' for one draw of every model)."""
+        counts = {label: self.draws_of(label) for label in self.models}
+        if set(counts.values()) == {1}:
+            return ""
+        if len(set(counts.values())) == 1:
+            return f", {counts[next(iter(counts))]} draws a session"
+        return ", draws a session: " + ", ".join(f"{label} {n}" for label, n in counts.items())
+
+
+def greedy_draws(draws: int, temperature: float) -> str | None:
+    """Why `draws` notes a session cannot be drawn at `temperature`, or None: greedy draws of one prompt are one."""
+    if draws > 1 and temperature == 0:
+        return "more than one draw needs a sampling temperature above 0: greedy draws of one prompt are one draw"
+    return None
 
 
 def servable_model(ref: str) -> str:
@@ -114,6 +139,8 @@ def evaluate_reflector(
 
     `scores.jsonl` holds one line per prompt: its first draw's notes and parts, and with more than one draw, every
     draw's under `draws` (what `memrl.train.report.session_measure` averages)."""
+    if (why := greedy_draws(draws, sampling.temperature)) is not None:
+        raise ConfigError(why)
     rows = load_eval_split(data, max_samples)
     sink = ResumableJsonl(out_dir / "generations.jsonl")
     todo = [(row, n) for n in range(draws) for row in rows if draw_key(row["key"], n) not in sink.done]

@@ -86,5 +86,21 @@ def test_a_session_is_the_mean_of_its_draws() -> None:
 def test_several_greedy_draws_are_refused() -> None:
     base = {"data": "data", "models": {"base": "policy"}}
     assert EvalReflectorConfig.model_validate(base | {"draws": 2, "sampling": {"temperature": 0.7}}).draws == 2
-    with pytest.raises(ValidationError, match=r"draws > 1 needs sampling\.temperature > 0"):
+    with pytest.raises(ValidationError, match="more than one draw needs a sampling temperature above 0"):
         EvalReflectorConfig.model_validate(base | {"draws": 2})
+
+
+def test_draws_per_model_label() -> None:
+    """A label -> number mapping draws those models that often and the others once; a label that is no model, or
+    several greedy draws of any model, is refused."""
+    base = {"data": "data", "models": {"base": "policy", "sft": "sft", "grpo": "export"}}
+    sampled = base | {"sampling": {"temperature": 0.7}}
+    cfg = EvalReflectorConfig.model_validate(sampled | {"draws": {"sft": 2, "grpo": 3}})
+    assert [cfg.draws_of(label) for label in cfg.models] == [1, 2, 3]
+    assert cfg.draws_said() == ", draws a session: base 1, sft 2, grpo 3"
+    assert EvalReflectorConfig.model_validate(sampled | {"draws": 2}).draws_said() == ", 2 draws a session"
+    assert EvalReflectorConfig.model_validate(sampled | {"draws": {"base": 1}}).draws_said() == ""
+    with pytest.raises(ValidationError, match=r"draws: rl is not a label of `models` \(base, sft, grpo\)"):
+        EvalReflectorConfig.model_validate(sampled | {"draws": {"rl": 2}})
+    with pytest.raises(ValidationError, match="more than one draw needs a sampling temperature above 0"):
+        EvalReflectorConfig.model_validate(base | {"draws": {"grpo": 2}})

@@ -208,3 +208,28 @@ def test_eval_reflector_with_an_llm_judge_behind_an_endpoint(
     assert metrics["hallucination_rate"] is None
     for s in scored:
         assert s["judge_failed"] or 0.0 <= s["judge_score"] <= 3.0
+
+
+def test_eval_reflector_plan_names_the_stages_decoding(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    """`memrl run --dry-run` prints for each model the `eval reflector` command that draws its notes as the stage
+    does (sampling, seed, draws), and that command refuses several greedy draws in one line."""
+    result = memrl_cli("run", "reflector-quickstart", "--dry-run", f"output_dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    printed = result.stderr.splitlines()  # the plan is the run's console, on stderr
+    plans = {line.split("/eval/")[1].split()[0]: line for line in printed if "eval reflector" in line}
+    assert set(plans) == {"base", "sft", "grpo"}
+    assert all("--max-tokens 160 --temperature 0.7 --seed 0" in line for line in plans.values())
+    assert "--draws 2" in plans["sft"] and "--draws 2" in plans["grpo"] and "--draws" not in plans["base"]
+    data = tmp_path / "data.jsonl"
+    data.write_text("")
+    greedy = memrl_cli(
+        "eval", "reflector", "--model", "tiny-qwen2", "--data", str(data), "--out", str(tmp_path / "o"), "--draws", "2",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert greedy.returncode == 2 and greedy.stderr.strip().count("\n") == 0
+    assert "more than one draw needs a sampling temperature above 0" in greedy.stderr
+    flat = memrl_cli(
+        "eval", "reflector", "--model", "tiny-qwen2", "--data", str(data), "--out", str(tmp_path / "o"), "--top-p", "0",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert flat.returncode == 2 and flat.stderr.strip() == "memrl: error: --top-p must lie above 0, got 0"

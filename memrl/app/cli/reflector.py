@@ -63,6 +63,13 @@ def eval_reflector(
     judge_model: Annotated[str | None, typer.Option(help="judge model name (served name with --endpoint)")] = None,
     max_samples: Annotated[int | None, typer.Option(min=1, callback=sane_number)] = None,
     max_tokens: Annotated[int, typer.Option(min=1, callback=sane_number, help="reflection budget")] = 256,
+    temperature: Annotated[float, typer.Option(min=0, callback=sane_number, help="0: greedy notes")] = 0.0,
+    top_p: Annotated[float, typer.Option(max=1, callback=sane_number, help="nucleus sampling, above 0")] = 1.0,
+    seed: Annotated[int | None, typer.Option(callback=sane_number, help="sampling seed (draw j: seed + j)")] = None,
+    draws: Annotated[
+        int, typer.Option(min=1, callback=sane_number, help="notes per held-out session, scored as their mean")
+    ] = 1,
+    batch_size: Annotated[int, typer.Option(min=1, callback=sane_number, help="prompts per generation batch")] = 8,
     baseline: Annotated[
         str | None, typer.Option(help="online check: the reflector to compare with (default: the model's base)")
     ] = None,
@@ -89,11 +96,15 @@ def eval_reflector(
     from memrl.train.evaluate import evaluate_reflector, online_check
     from memrl.train.export import record_evaluation
 
+    if top_p <= 0:
+        raise ConfigError(f"--top-p must lie above 0, got {top_p:g}")
     reward = RewardConfig(judge=judge_config(judge, endpoint, judge_model))
-    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
     # Libraries print at import time (transformers announces wandb's offline mode); stdout carries only the JSON.
     with contextlib.redirect_stdout(sys.stderr):
-        metrics = evaluate_reflector(model, data, out, reward, sampling, console, max_samples=max_samples)
+        metrics = evaluate_reflector(
+            model, data, out, reward, sampling, console, max_samples=max_samples, batch_size=batch_size, draws=draws
+        )
         record_evaluation(Path(model), data.name, metrics)
         if online_users:
             cfg = CollabEvalConfig(

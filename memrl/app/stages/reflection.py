@@ -97,7 +97,7 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
             ctx.console,
             max_samples=stage.max_samples,
             batch_size=stage.batch_size,
-            draws=stage.draws,
+            draws=stage.draws_of(label),
         )
         record_evaluation(Path(ref), f"{ctx.name}/{label}", metrics)
         results[label] = metrics
@@ -112,7 +112,7 @@ def run_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) ->
             stage.reward.outcome, data, out, list(models), stage.reward.plain_text_notes, users=stage.outcome_users
         )
         _print_outcome(outcome, ctx, name)
-    decoding = sampling.decoding + (f", {stage.draws} draws a session" if stage.draws > 1 else "")
+    decoding = sampling.decoding + stage.draws_said()
     report = write_report(ctx.run_dir, results, online, _grpo_logs(ctx), outcome, out, seed=ctx.seed, decoding=decoding)
     sections = json.loads(report.read_text())
     _print_verdict(sections, ctx, name)
@@ -189,6 +189,7 @@ def plan_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) -
     out, data = ctx.stage_dir(name), ctx.artifact(stage.data)
     lines = [
         f"memrl eval reflector --model {ctx.model_ref(ref)} --data {data} --out {out / label}"
+        + _eval_flags(stage, label)
         for label, ref in stage.models.items()
     ]
     if (outcome := stage.reward.outcome) is not None:
@@ -198,6 +199,22 @@ def plan_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) -
             "oracle, empty and wrong notes, then each model's -> report.json `outcome`"
         )
     return lines
+
+
+def _eval_flags(stage: EvalReflectorStage, label: str) -> str:
+    """The `memrl eval reflector` flags that draw the notes as the stage draws them for `label` (defaults left out)."""
+    sampling, draws = stage.sampling, stage.draws_of(label)
+    flags = {
+        "--judge": stage.reward.judge.kind if stage.reward.judge.kind != "offline" else None,
+        "--max-tokens": sampling.max_tokens,
+        "--temperature": f"{sampling.temperature:g}" if sampling.temperature else None,
+        "--top-p": f"{sampling.top_p:g}" if sampling.top_p != 1 else None,
+        "--seed": sampling.seed,
+        "--draws": draws if draws > 1 else None,
+        "--batch-size": stage.batch_size,
+        "--max-samples": stage.max_samples,
+    }
+    return "".join(f" {flag} {value}" for flag, value in flags.items() if value is not None)
 
 
 def eval_reflector_job(stage: EvalReflectorStage, raw: dict[str, Any], name: str, dashboard: str) -> Job:
