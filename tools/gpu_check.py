@@ -16,9 +16,11 @@ MiniLM; export (merging the SFT adapter); the HF backend's batched generation. T
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -90,6 +92,7 @@ def import_memrl() -> None:
     except ImportError:
         layout = Path(tempfile.mkdtemp(prefix="memrl-layout-")) / "memrl"
         layout.mkdir()
+        atexit.register(shutil.rmtree, layout.parent, ignore_errors=True)  # links only: the checkout stays
         for item in (ROOT / "memrl").iterdir():
             (layout / item.name).symlink_to(item)
         for layer in LAYERS:

@@ -33,6 +33,8 @@ def test_every_phase_runs_on_the_cpu(tmp_path: Path) -> None:
     moved = rows["full_step"].split("memrl: ")[1].split("%")[0]
     assert float(moved) > 50  # one step at lr 1e-6 from the bf16 weights moves them
     assert "memrl from /" in done.stdout and "memrl-layout-" in done.stdout  # the checkout, laid out as installed
+    layout = Path(done.stdout.split("gpu_check: memrl from ", 1)[1].split()[0])
+    assert not layout.parent.exists() and SCRIPT.is_file()  # the layout is removed at exit, the checkout is not
 
 
 def test_a_cuda_run_without_a_gpu_fails_in_one_line(tmp_path: Path) -> None:
