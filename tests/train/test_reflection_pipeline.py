@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +234,18 @@ def test_eval_reflector_plan_names_the_stages_decoding(tmp_path: Path, memrl_cli
         cwd=tmp_path,
     )  # fmt: skip
     assert flat.returncode == 2 and flat.stderr.strip() == "memrl: error: --top-p must lie above 0, got 0"
+
+
+def test_eval_reflector_plan_names_an_endpoint_judge(tmp_path: Path, memrl_cli: MemrlCLI) -> None:
+    """With an LLM judge behind an endpoint (the 7B recipe's 70B), the printed command names that endpoint and model:
+    `--judge llm` alone would judge with the embedded SmolLM2."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMRL_JUDGE_")}  # the recipe's own defaults
+    result = memrl_cli(
+        "run", "reflector-qwen2.5-7b", "--dry-run", "--stage", "eval", f"output_dir={tmp_path / 'run'}",
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    plans = [line for line in result.stderr.splitlines() if "eval reflector" in line]
+    assert len(plans) == 3
+    judge = "--judge llm --endpoint http://127.0.0.1:8000/v1 --judge-model meta-llama/Llama-3.3-70B-Instruct"
+    assert all(judge in line for line in plans)

@@ -203,9 +203,12 @@ def plan_eval_reflector(stage: EvalReflectorStage, ctx: RunContext, name: str) -
 
 def _eval_flags(stage: EvalReflectorStage, label: str) -> str:
     """The `memrl eval reflector` flags that draw the notes as the stage draws them for `label` (defaults left out)."""
-    sampling, draws = stage.sampling, stage.draws_of(label)
+    sampling, draws, judge = stage.sampling, stage.draws_of(label), stage.reward.judge
+    llm = judge.model if judge.kind == "llm" else None  # the CLI's `--judge llm` alone would judge with SmolLM2
     flags = {
-        "--judge": stage.reward.judge.kind if stage.reward.judge.kind != "offline" else None,
+        "--judge": judge.kind if llm else None,
+        "--endpoint": getattr(llm, "endpoint", None),
+        "--judge-model": llm.model if llm else None,
         "--max-tokens": sampling.max_tokens,
         "--temperature": f"{sampling.temperature:g}" if sampling.temperature else None,
         "--top-p": f"{sampling.top_p:g}" if sampling.top_p != 1 else None,
