@@ -41,6 +41,8 @@ from typing import Any
 
 from cpu_busy import cpu_model
 
+from memrl.train.report import held_out_rows, paired_measures
+
 HERE = Path(__file__).parent
 
 Units = list[float]
@@ -50,8 +52,6 @@ def reflector_units(run: Path, report: dict[str, Any]) -> tuple[dict[str, Any], 
     """GRPO - SFT judge score per held-out session (`report.json` `learning`)."""
     learning = report["learning"]
     after, before = (s.strip() for s in learning["compared"].split("-"))
-    from memrl.train.report import held_out_rows, paired_measures
-
     rows = held_out_rows(run / "eval", [after, before])
     mine, theirs = paired_measures(rows[after], rows[before], "score")
     units = [d for a, b in zip(mine, theirs, strict=True) if not math.isnan(d := a - b)]

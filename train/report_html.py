@@ -183,9 +183,12 @@ def _sessions(eval_dir: Path, data_rows: Mapping[str, Mapping[str, Any]], labels
             line = scored[label][key]
             notes = extract_notes(line["completion"])
             heard = outcome[label].get(key, {}).get("with_notes")
-            drawn = len(line.get("draws", [line]))
-            mean = f"; the session's {drawn} draws score {_num(session_measure(line, 'score'), 2)} on average"
-            mean = mean if drawn > 1 else ""
+            drawn = len(line.get("draws", []))
+            mean = (
+                f"; the session's {drawn} draws score {_num(session_measure(line, 'score'), 2)} on average"
+                if drawn > 1
+                else ""
+            )
             cells.append(
                 f'<div class="notes">{escape(notes if notes is not None else "(no usable notes)")}</div>'
                 f'<p class="small">judge {_num(line.get("judge_score"), 2)}/3: {escape(line.get("reasoning", ""))}</p>'
