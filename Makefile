@@ -83,7 +83,7 @@ bench: setup
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py
 
 # Does training help whatever the seed? Each learning recipe for 3 training seeds, the seeds table with intervals:
-# benchmarks/results/learn.md, a table per CPU (on 2 AMD EPYC cores a reflector run takes 17-20 minutes, a
+# benchmarks/results/learn.md, a table per CPU (on 2 AMD EPYC cores a reflector run takes 14-15 minutes, a
 # collaborator run about 8; JUDGER_DATA=<judger pairs> adds the judger, 8 minutes a run).
 learn: setup
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/learn.py $(if $(JUDGER_DATA),--judger-data $(JUDGER_DATA),--only reflector collaborator)

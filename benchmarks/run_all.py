@@ -123,14 +123,21 @@ def _attention_rows(r: dict[str, Any]) -> list[Row]:
 
 def _dropout_rows(r: dict[str, Any]) -> list[Row]:
     steps = r["step_s"]
+    what = f"steps/s, forward + backward of {r['batch']} x {r['tokens']} tokens, {r['model']} + rank-16 LoRA"
+    cpu = r["machine"]["cpu"]
     return [
         (
+            "CPU GRPO loss step, word-mask vs nn.Dropout LoRA dropout",
+            f"{what}, dropout 0.05 both",
+            f"{r['word_mask_speedup']:.2f}x",
+            f"{steps['word mask 0.05']:.2f} vs {steps['nn.Dropout 0.05']:.2f} s a step, {cpu}",
+        ),
+        (
             "CPU GRPO loss step, LoRA dropout 0 vs 0.05",
-            f"steps/s, forward + backward of {r['batch']} x {r['tokens']} tokens, {r['model']} + rank-16 LoRA, "
-            f"dropout 0 / 0.05",
-            f"{r['dropout_0_speedup']:.2f}x",
-            f"{steps['0.0']:.2f} vs {steps['0.05']:.2f} s a step, {r['machine']['cpu']}",
-        )
+            f"{what}, nn.Dropout",
+            f"{r['no_dropout_speedup']:.2f}x",
+            f"{steps['none']:.2f} vs {steps['nn.Dropout 0.05']:.2f} s a step, {cpu}",
+        ),
     ]
 
 

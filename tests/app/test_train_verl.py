@@ -514,9 +514,13 @@ def test_fix_lora_alpha(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def fsdp_lora_checkpoint(tiny_qwen2: str, tmp_path: Path) -> tuple[Path, object, object]:
+def fsdp_lora_checkpoint(
+    tiny_qwen2: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, object, object]:
     """A real verl FSDP2 checkpoint of tiny-qwen2 + LoRA, written by verl's checkpoint manager on CPU (gloo, one
     rank), and the input/logits of the model that was saved."""
+    import tempfile
+
     import torch
     import torch.distributed as dist
     from peft import LoraConfig as PeftLoraConfig
@@ -527,6 +531,8 @@ def fsdp_lora_checkpoint(tiny_qwen2: str, tmp_path: Path) -> tuple[Path, object,
     from verl.trainer.config import CheckpointConfig
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
+    # verl's local_mkdir_safe leaves a ckpt_<hash>.lock in the temp dir for each folder it makes: this test's own.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen2)
     # Random B matrices: the adapter changes the output, so a lost alpha shows.

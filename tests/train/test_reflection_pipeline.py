@@ -220,6 +220,7 @@ def test_eval_reflector_plan_names_the_stages_decoding(tmp_path: Path, memrl_cli
     plans = {line.split("/eval/")[1].split()[0]: line for line in printed if "eval reflector" in line}
     assert set(plans) == {"base", "sft", "grpo"}
     assert all("--max-tokens 160 --temperature 0.7 --seed 0" in line for line in plans.values())
+    assert all("--max-samples 48" in line for line in plans.values())  # the recipe judges the first 48 sessions
     assert "--draws 2" in plans["sft"] and "--draws 2" in plans["grpo"] and "--draws" not in plans["base"]
     data = tmp_path / "data.jsonl"
     data.write_text("")

@@ -45,3 +45,35 @@ def test_labelled_only_projection_keeps_loss_and_gradients(tiny_qwen2: str, monk
     assert len(labelled_only[1]) == len(every_position[1]) > 0
     for fast, full in zip(labelled_only[1], every_position[1], strict=True):
         assert torch.allclose(fast, full, atol=1e-5, rtol=1e-4)
+
+
+def test_a_cpu_trainer_draws_lora_dropout_a_word_at_a_time(tiny_qwen2: str, tmp_path: object) -> None:
+    """What TRL's SFT and GRPO stages call after building their trainer: the adapter TRL wrapped trains on CPU with
+    WordMaskDropout and saves the dropout its config asked for."""
+    import json
+    from pathlib import Path
+
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import SFTConfig, SFTTrainer
+
+    from memrl.core.dropout import word_mask_dropout
+    from memrl.train.trl.common import cheap_dropout_masks
+
+    out = Path(str(tmp_path))
+    rows = {"prompt": [[{"role": "user", "content": f"say {i}"}] for i in range(4)]}
+    rows["completion"] = [[{"role": "assistant", "content": f"{i} {i} {i}"}] for i in range(4)]
+    args = SFTConfig(str(out / "sft"), max_steps=1, per_device_train_batch_size=2, report_to="none", use_cpu=True)
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_qwen2, dtype=torch.float32),
+        args=args,
+        train_dataset=Dataset.from_dict(rows),
+        peft_config=LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
+    cheap_dropout_masks(trainer)
+    swapped = [m for m in trainer.model.modules() if isinstance(m, word_mask_dropout())]
+    assert swapped and not any(type(m) is torch.nn.Dropout for m in trainer.model.modules())
+    trainer.train()
+    assert trainer.state.global_step == 1
+    trainer.save_model(str(out / "final"))
+    assert json.loads((out / "final" / "adapter_config.json").read_text())["lora_dropout"] == 0.1

@@ -1,5 +1,6 @@
 """What TRL's SFT and GRPO runs share beyond the HF Trainer's part (memrl.train.hf_trainer): prompt length, gradient
-accumulation, the LoRA config, the fused LM head on CPU (`project_labelled_tokens_only`), the final save."""
+accumulation, the LoRA config, the fused LM head and dropout masks on CPU (`project_labelled_tokens_only`,
+`cheap_dropout_masks`), the final save."""
 
 from __future__ import annotations
 
@@ -108,6 +109,14 @@ def project_labelled_tokens_only() -> None:
 
     projects_labelled_only.memrl_widened = True  # type: ignore[attr-defined]
     trl_utils._use_triton = projects_labelled_only
+
+
+def cheap_dropout_masks(trainer: Any) -> None:
+    """A trainer that trains on the CPU draws its dropout masks (PEFT's LoRA dropout) a word at a time
+    (memrl.core.dropout: the CPU's `bernoulli_` draws element by element off Intel); on a GPU nothing changes."""
+    from memrl.core.dropout import cheap_dropout_on_cpu
+
+    cheap_dropout_on_cpu(trainer.model, trainer.args.device)
 
 
 def save_final(trainer: Any, tokenizer: Any, ctx: TrainContext, *, base: str, trainer_name: str) -> Path:

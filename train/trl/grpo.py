@@ -34,6 +34,7 @@ from memrl.train.hf_trainer import TrainContext, apply_overrides, base_args, mas
 from memrl.train.trl.common import (
     StepLog,
     accumulation_steps,
+    cheap_dropout_masks,
     peft_config,
     project_labelled_tokens_only,
     prompt_tokens,
@@ -212,5 +213,6 @@ def train_grpo(stage: GRPOStage, base_model: str, data_dir: Path, ctx: TrainCont
         processing_class=tokenizer,
         peft_config=lora,
     )
+    cheap_dropout_masks(trainer)
     trainer.train(resume_from_checkpoint=resumed)
     return save_final(trainer, tokenizer, ctx, base=base, trainer_name="trl-grpo")

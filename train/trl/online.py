@@ -19,7 +19,7 @@ from memrl.train.online.config import OnlineGRPOStage
 from memrl.train.online.episodes import episode_rows, episode_source
 from memrl.train.online.rollout import Player
 from memrl.train.stage_run import CURVES_FILE
-from memrl.train.trl.common import StepLog, project_labelled_tokens_only, save_final
+from memrl.train.trl.common import StepLog, cheap_dropout_masks, project_labelled_tokens_only, save_final
 from memrl.train.trl.grpo import grpo_args, policy_model, policy_sampling_trainer_class
 from memrl.train.trl.online_rollout import EPISODES_FILE, EpisodeRollout
 from memrl.train.trl.rewards import episode_funcs
@@ -62,6 +62,7 @@ def train_online_grpo(stage: OnlineGRPOStage, base_model: str, ctx: TrainContext
                 peft_config=lora,
                 rollout_func=rollout,
             )
+        cheap_dropout_masks(trainer)
         try:
             trainer.train(resume_from_checkpoint=resumed)
         finally:  # a failed run's curves are worth seeing too; a stopped one's are drawn when it resumes

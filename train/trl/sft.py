@@ -13,6 +13,7 @@ from memrl.train.curves import LOSS_CURVE, loss_chart
 from memrl.train.hf_trainer import TrainContext, apply_overrides, base_args, master_dtype, resume_point
 from memrl.train.trl.common import (
     accumulation_steps,
+    cheap_dropout_masks,
     peft_config,
     project_labelled_tokens_only,
     prompt_tokens,
@@ -63,6 +64,7 @@ def train_sft(stage: SFTStage, base_model: str, data_dir: Path, ctx: TrainContex
         processing_class=tokenizer,
         peft_config=peft_config(stage.lora) if stage.lora is not None else None,
     )
+    cheap_dropout_masks(trainer)
     trainer.train(resume_from_checkpoint=resume_point(ctx.out_dir))
     final = save_final(trainer, tokenizer, ctx, base=portable_ref(base_model), trainer_name="trl-sft")
     if trainer.is_world_process_zero():
