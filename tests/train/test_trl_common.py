@@ -3,6 +3,8 @@ loss and gradients as projecting every position."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -47,11 +49,10 @@ def test_labelled_only_projection_keeps_loss_and_gradients(tiny_qwen2: str, monk
         assert torch.allclose(fast, full, atol=1e-5, rtol=1e-4)
 
 
-def test_a_cpu_trainer_draws_lora_dropout_a_word_at_a_time(tiny_qwen2: str, tmp_path: object) -> None:
+def test_a_cpu_trainer_draws_lora_dropout_a_word_at_a_time(tiny_qwen2: str, tmp_path: Path) -> None:
     """What TRL's SFT and GRPO stages call after building their trainer: the adapter TRL wrapped trains on CPU with
     WordMaskDropout and saves the dropout its config asked for."""
     import json
-    from pathlib import Path
 
     from datasets import Dataset
     from peft import LoraConfig
@@ -60,7 +61,7 @@ def test_a_cpu_trainer_draws_lora_dropout_a_word_at_a_time(tiny_qwen2: str, tmp_
     from memrl.core.dropout import word_mask_dropout
     from memrl.train.trl.common import cheap_dropout_masks
 
-    out = Path(str(tmp_path))
+    out = tmp_path
     rows = {"prompt": [[{"role": "user", "content": f"say {i}"}] for i in range(4)]}
     rows["completion"] = [[{"role": "assistant", "content": f"{i} {i} {i}"}] for i in range(4)]
     args = SFTConfig(str(out / "sft"), max_steps=1, per_device_train_batch_size=2, report_to="none", use_cpu=True)
